@@ -1,0 +1,68 @@
+# repolock: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+BIN       := bin/api
+PG_ENSURE := scripts/pg-ensure.sh
+FUZZTIME  ?= 60s
+BENCHTIME ?= 1x
+BENCH     ?= .
+LISTEN_ADDR ?= 127.0.0.1:8080
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/api
+	$(GO) build -o $(BIN) ./cmd/api
+
+.PHONY: run
+run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
+	@set -e; url=$$($(PG_ENSURE)); \
+	mkdir -p .data; \
+	if [ -z "$$ADMIN_TOKEN" ]; then \
+		[ -s .data/admin-token ] || (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/rla_/' > .data/admin-token); \
+		ADMIN_TOKEN=$$(cat .data/admin-token); \
+	fi; \
+	echo ""; \
+	echo "Admin token (development; kept in .data/admin-token): $$ADMIN_TOKEN"; \
+	echo "Try:  curl -s -H 'Authorization: Bearer $$ADMIN_TOKEN' -H 'Content-Type: application/json' -d '{\"name\":\"alice\"}' http://$(LISTEN_ADDR)/v1/admin/users"; \
+	echo ""; \
+	DATABASE_URL="$$url" ADMIN_TOKEN="$$ADMIN_TOKEN" LISTEN_ADDR="$(LISTEN_ADDR)" LOG_FORMAT=$${LOG_FORMAT:-text} exec ./$(BIN) serve
+
+.PHONY: test
+test: ## start Postgres if needed, go vet, go test -race on every package
+	@set -e; url=$$($(PG_ENSURE)); \
+	$(GO) vet ./...; \
+	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
+
+.PHONY: bench
+bench: ## run the benchmarks against a real Postgres and print figures and ratios
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
+
+.PHONY: fuzz
+fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
+	$(GO) test -run '^$$' -fuzz FuzzRepoURL -fuzztime $(FUZZTIME) ./internal/normalize
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: pg
+pg: ## make sure a Postgres is reachable and print its URL
+	@$(PG_ENSURE)
+
+.PHONY: clean-testdb
+clean-testdb: ## drop databases left behind by interrupted test runs
+	@set -e; url=$$($(PG_ENSURE)); \
+	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%'"); do \
+		echo "drop $$d"; psql "$$url" -qc "DROP DATABASE \"$$d\" WITH (FORCE)"; \
+	done
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf bin

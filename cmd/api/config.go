@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/repolock/repolock/internal/database"
+)
+
+// newFlagSet returns a FlagSet that reports errors instead of exiting, with a
+// usage text naming the command.
+func newFlagSet(e *env, name, argsUsage, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet("api "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: api %s [flags] %s\n\n%s\n\nFlags (each defaults to the environment variable named in brackets):\n", name, argsUsage, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, allowing flags before, between and after the
+// positional arguments (as in "migrate down --all"), and returns the
+// positional ones. A parse error becomes errUsage; everything after "--" is
+// positional.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		// fs.Parse stops at the first non-flag, or consumes "--".
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// commonFlags are the flags every database-using command has.
+type commonFlags struct {
+	databaseURL string
+	logLevel    string
+	logFormat   string
+	env         *env
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet, e *env) {
+	// Secrets are read from the environment after parsing, never used as
+	// flag defaults: --help would print them.
+	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres connection URL [DATABASE_URL]")
+	c.env = e
+	fs.StringVar(&c.logLevel, "log-level", envOr(e, "LOG_LEVEL", "info"), "log level: debug, info, warn, error [LOG_LEVEL]")
+	fs.StringVar(&c.logFormat, "log-format", envOr(e, "LOG_FORMAT", "json"), "log format: json or text [LOG_FORMAT]")
+}
+
+func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q", c.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(c.logFormat) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("invalid --log-format %q (json or text)", c.logFormat)
+}
+
+func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
+	if c.databaseURL == "" {
+		c.databaseURL = c.env.getenv("DATABASE_URL")
+	}
+	if c.databaseURL == "" {
+		return nil, fmt.Errorf("no database: set DATABASE_URL or --database-url (make run and make test find or start one with scripts/pg-ensure.sh)")
+	}
+	return database.Open(ctx, c.databaseURL, database.PoolConfig{})
+}
+
+func envOr(e *env, key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envBool(e *env, key string, def bool) bool {
+	if v := e.getenv(key); v != "" {
+		if b, err := strconv.ParseBool(v); err == nil {
+			return b
+		}
+	}
+	return def
+}
+
+func envDuration(e *env, key string, def time.Duration) time.Duration {
+	if v := e.getenv(key); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}

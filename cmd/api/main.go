@@ -1,0 +1,103 @@
+// Command api is repolock's one binary: the HTTP server and the operators'
+// commands (migrations, tenants, GC, reports, URL normalization).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand. run gets the arguments after the command name
+// and returns an error to report; errUsage means the arguments were wrong.
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+// commands is the subcommand table.
+var commands = map[string]command{
+	"serve":   {"run the HTTP API server", runServe},
+	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
+	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME", runUser},
+}
+
+// env is what commands share: streams, so tests can capture them.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+var errUsage = errors.New("usage")
+
+// exitError carries a specific exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "api: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return 2
+	}
+	err := cmd.run(ctx, e, args[1:])
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.As(err, &ee):
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintf(e.stderr, "api %s: %v\n", args[0], ee.err)
+		}
+		return ee.code
+	default:
+		fmt.Fprintf(e.stderr, "api %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: api COMMAND [flags] [args]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'api COMMAND --help' for a command's flags.")
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/httpapi"
+)
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "serve", "", "Runs the HTTP API until SIGINT or SIGTERM, then shuts down gracefully.")
+	var (
+		common          commonFlags
+		listen          = fs.String("listen", envOr(e, "LISTEN_ADDR", "127.0.0.1:8080"), "address to listen on; port 0 picks a free one [LISTEN_ADDR]")
+		adminToken      = fs.String("admin-token", "", "token for /v1/admin routes; random and logged once when empty (development only) [ADMIN_TOKEN]")
+		migrateOnStart  = fs.Bool("migrate-on-start", envBool(e, "MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
+		requestTimeout  = fs.Duration("request-timeout", envDuration(e, "REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
+		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
+	)
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	logger, err := common.logger(e)
+	if err != nil {
+		return err
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	if *migrateOnStart {
+		if err := database.MigrateUp(ctx, db, logger); err != nil {
+			return err
+		}
+	}
+	if *adminToken == "" {
+		*adminToken = e.getenv("ADMIN_TOKEN")
+	}
+	if *adminToken == "" {
+		*adminToken = randomToken()
+		logger.Warn("ADMIN_TOKEN is not set: generated a random admin token for this process only (development only; set ADMIN_TOKEN in production)",
+			"admin_token", *adminToken)
+	}
+	srv, err := httpapi.New(httpapi.Config{
+		DB:             db,
+		Logger:         logger,
+		AdminToken:     *adminToken,
+		RequestTimeout: *requestTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	logger.Info("listening", "addr", ln.Addr().String())
+	if err := srv.Serve(ctx, ln, *shutdownTimeout); err != nil {
+		return err
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return "rla_" + hex.EncodeToString(b)
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/repolock/repolock/internal/users"
+)
+
+func runUser(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "user", "create NAME | list | token NAME | revoke NAME",
+		"create: creates a tenant and prints its token once.\n"+
+			"list:   lists tenants.\n"+
+			"token:  issues one more token for a tenant and prints it once.\n"+
+			"revoke: revokes every token of a tenant.")
+	var common commonFlags
+	display := fs.String("display-name", "", "with create: the tenant's display name")
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 {
+		fs.Usage()
+		return errUsage
+	}
+	action, rest := pos[0], pos[1:]
+	wantArgs := map[string]int{"create": 1, "list": 0, "token": 1, "revoke": 1}
+	n, ok := wantArgs[action]
+	if !ok || len(rest) != n {
+		fs.Usage()
+		return errUsage
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	switch action {
+	case "create":
+		u, token, err := users.Create(ctx, db, rest[0], *display)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "created user %s (%s); its token is shown only this once:\n", u.Name, u.ID)
+		fmt.Fprintln(e.stdout, token)
+	case "list":
+		us, err := users.List(ctx, db)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tID\tDISPLAY NAME\tCREATED")
+		for _, u := range us {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", u.Name, u.ID, u.DisplayName, u.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		return tw.Flush()
+	case "token":
+		token, err := users.IssueToken(ctx, db, rest[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, token)
+	case "revoke":
+		n, err := users.RevokeTokens(ctx, db, rest[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "revoked %d token(s) of %s\n", n, rest[0])
+	}
+	return nil
+}

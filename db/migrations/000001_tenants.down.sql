@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS api_tokens;
+DROP TABLE IF EXISTS cluster_users;

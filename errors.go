@@ -1,0 +1,114 @@
+// Package repolock holds the domain vocabulary shared by every part of the
+// service: error codes and the Error type. Packages under internal/ return
+// *Error values (or wrap them), the database layer maps Postgres error codes
+// onto them once (internal/database), and the HTTP layer maps them onto status
+// codes and JSON bodies once (internal/httpapi).
+package repolock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a machine-readable error class. It is part of the HTTP API: the
+// JSON error body carries it verbatim.
+type Code string
+
+const (
+	EInvalid             Code = "invalid_argument"       // 400
+	EUnauthenticated     Code = "unauthenticated"        // 401
+	EForbidden           Code = "forbidden"              // 403
+	ENotFound            Code = "not_found"              // 404
+	EAlreadyExists       Code = "already_exists"         // 409
+	EConflict            Code = "conflict"               // 409
+	ERepositoryClaimed   Code = "repository_claimed"     // 409
+	EGone                Code = "repository_deleting"    // 410
+	EPrecondition        Code = "precondition_failed"    // 412
+	EPayloadTooLarge     Code = "payload_too_large"      // 413
+	EUnsupportedMedia    Code = "unsupported_media_type" // 415
+	EUnavailable         Code = "unavailable"            // 503
+	EInternal            Code = "internal"               // 500
+	ETimeout             Code = "timeout"                // 504
+	ETooManyRequests     Code = "too_many_requests"      // 429
+	EMethodNotAllowed    Code = "method_not_allowed"     // 405
+	defaultInternalError      = "internal error"
+)
+
+// Error is the one error type of the domain. Message is safe to show to the
+// caller; it must never contain SQL, stack traces or secrets. Details carries
+// extra machine-readable fields (for example the owner of a claimed
+// repository) and is copied into the JSON error body.
+type Error struct {
+	Code    Code
+	Message string
+	Details map[string]any
+	// Err is the underlying cause, kept for logs and errors.Is/As; it is
+	// never shown to API callers.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is lets errors.Is(err, &repolock.Error{Code: X}) match on the code alone.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	return t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an *Error with the given code and message whose cause is err.
+func Wrap(code Code, err error, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Err: err}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or EInternal
+// when there is none (and "" for a nil error).
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the caller-safe message of err: the message of the first
+// *Error in its chain, or a generic text for anything else.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return defaultInternalError
+}
+
+// ErrorDetails returns the details of the first *Error in err's chain.
+func ErrorDetails(err error) map[string]any {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Details
+	}
+	return nil
+}
+
+// IsCode reports whether err carries the given code.
+func IsCode(err error, code Code) bool { return err != nil && ErrorCode(err) == code }

@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/users"
+)
+
+const ctxKeyTenant = "repolock.tenant"
+
+type tenantValue = users.User
+
+// bearerToken returns the token of an "Authorization: Bearer" header.
+func bearerToken(c echo.Context) (string, error) {
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	if h == "" {
+		return "", repolock.Errorf(repolock.EUnauthenticated, "missing Authorization: Bearer token")
+	}
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", repolock.Errorf(repolock.EUnauthenticated, "Authorization header must be 'Bearer <token>'")
+	}
+	return strings.TrimSpace(token), nil
+}
+
+// isAdminToken compares in constant time (over SHA-256 digests, so the
+// lengths do not leak either).
+func (s *Server) isAdminToken(token string) bool {
+	a := sha256.Sum256([]byte(token))
+	b := sha256.Sum256([]byte(s.cfg.AdminToken))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// requireTenant authenticates a tenant token. The admin token is not a
+// tenant: it gets 403 on tenant routes.
+func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, err := bearerToken(c)
+		if err != nil {
+			return err
+		}
+		if s.isAdminToken(token) {
+			return repolock.Errorf(repolock.EForbidden, "the admin token cannot act as a tenant; use a tenant token")
+		}
+		u, err := users.Authenticate(c.Request().Context(), s.DB, token)
+		if err != nil {
+			return err
+		}
+		c.Set(ctxKeyTenant, u)
+		return next(c)
+	}
+}
+
+// requireAdmin lets only the admin token through; a valid tenant token gets
+// 403, anything else 401.
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, err := bearerToken(c)
+		if err != nil {
+			return err
+		}
+		if s.isAdminToken(token) {
+			return next(c)
+		}
+		if _, err := users.Authenticate(c.Request().Context(), s.DB, token); err == nil {
+			return repolock.Errorf(repolock.EForbidden, "admin routes need the admin token")
+		}
+		return repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
+	}
+}
+
+// requireAnyToken accepts a tenant token or the admin token.
+func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		token, err := bearerToken(c)
+		if err != nil {
+			return err
+		}
+		if s.isAdminToken(token) {
+			return next(c)
+		}
+		u, err := users.Authenticate(c.Request().Context(), s.DB, token)
+		if err != nil {
+			return err
+		}
+		c.Set(ctxKeyTenant, u)
+		return next(c)
+	}
+}
+
+// Tenant returns the authenticated tenant of a request on a V1 route.
+func Tenant(c echo.Context) users.User {
+	u, _ := c.Get(ctxKeyTenant).(users.User)
+	return u
+}

@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/repolock/repolock"
+)
+
+// statusByCode is the single mapping from domain error codes to HTTP status.
+var statusByCode = map[repolock.Code]int{
+	repolock.EInvalid:           http.StatusBadRequest,
+	repolock.EUnauthenticated:   http.StatusUnauthorized,
+	repolock.EForbidden:         http.StatusForbidden,
+	repolock.ENotFound:          http.StatusNotFound,
+	repolock.EMethodNotAllowed:  http.StatusMethodNotAllowed,
+	repolock.EAlreadyExists:     http.StatusConflict,
+	repolock.EConflict:          http.StatusConflict,
+	repolock.ERepositoryClaimed: http.StatusConflict,
+	repolock.EGone:              http.StatusGone,
+	repolock.EPrecondition:      http.StatusPreconditionFailed,
+	repolock.EPayloadTooLarge:   http.StatusRequestEntityTooLarge,
+	repolock.EUnsupportedMedia:  http.StatusUnsupportedMediaType,
+	repolock.ETooManyRequests:   http.StatusTooManyRequests,
+	repolock.EInternal:          http.StatusInternalServerError,
+	repolock.EUnavailable:       http.StatusServiceUnavailable,
+	repolock.ETimeout:           http.StatusGatewayTimeout,
+}
+
+// codeByStatus maps Echo's own errors (unknown route, wrong method...) back
+// onto the vocabulary.
+var codeByStatus = map[int]repolock.Code{
+	http.StatusBadRequest:            repolock.EInvalid,
+	http.StatusUnauthorized:          repolock.EUnauthenticated,
+	http.StatusForbidden:             repolock.EForbidden,
+	http.StatusNotFound:              repolock.ENotFound,
+	http.StatusMethodNotAllowed:      repolock.EMethodNotAllowed,
+	http.StatusConflict:              repolock.EConflict,
+	http.StatusRequestEntityTooLarge: repolock.EPayloadTooLarge,
+	http.StatusUnsupportedMediaType:  repolock.EUnsupportedMedia,
+	http.StatusServiceUnavailable:    repolock.EUnavailable,
+	http.StatusTooManyRequests:       repolock.ETooManyRequests,
+}
+
+// StatusFor returns the HTTP status of a domain error code.
+func StatusFor(code repolock.Code) int {
+	if st, ok := statusByCode[code]; ok {
+		return st
+	}
+	return http.StatusInternalServerError
+}
+
+// ErrorBody is the JSON shape of every error response:
+// {"error":{"code":"...","message":"...", ...details}}.
+type ErrorBody struct {
+	Error map[string]any `json:"error"`
+}
+
+// handleError is Echo's error handler: every error of every route goes
+// through here and leaves as one JSON shape. Internal errors are logged with
+// their cause and answered with a generic message.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var (
+		status  int
+		code    repolock.Code
+		message string
+		details map[string]any
+		he      *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &he):
+		status = he.Code
+		code = codeByStatus[status]
+		if code == "" {
+			code = repolock.EInternal
+		}
+		message = http.StatusText(status)
+		if m, ok := he.Message.(string); ok && status < 500 {
+			message = m
+		}
+		if status == http.StatusNotFound && he == echo.ErrNotFound {
+			message = "no such route"
+		}
+	case errors.Is(err, context.DeadlineExceeded):
+		code, status, message = repolock.ETimeout, http.StatusGatewayTimeout, "the request timed out"
+	default:
+		code = repolock.ErrorCode(err)
+		status = StatusFor(code)
+		message = repolock.ErrorMessage(err)
+		details = repolock.ErrorDetails(err)
+		if code == repolock.EInternal {
+			message = "internal error"
+			details = nil
+		}
+	}
+	if status >= 500 {
+		s.Logger.ErrorContext(c.Request().Context(), "request failed",
+			"error", err.Error(), "request_id", requestID(c), "method", c.Request().Method, "route", c.Path())
+	}
+	body := map[string]any{}
+	for k, v := range details {
+		body[k] = v
+	}
+	body["code"] = string(code)
+	body["message"] = message
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, ErrorBody{Error: body})
+}

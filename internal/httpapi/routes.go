@@ -1,0 +1,94 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/users"
+)
+
+// routes registers every route. Domain packages add theirs through a
+// register*Routes method in their own file, called here.
+func (s *Server) routes() {
+	e := s.Echo
+	e.Use(s.middlewares()...)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})))
+
+	s.V1 = e.Group("/v1")
+	s.Admin = s.V1.Group("/admin", s.requireAdmin)
+
+	s.V1.GET("/me", s.me, s.requireTenant)
+	s.Admin.POST("/users", s.createUser)
+	s.Admin.GET("/users", s.listUsers)
+	s.Admin.DELETE("/users/:name/tokens", s.revokeTokens)
+	s.Admin.POST("/users/:name/tokens", s.issueToken)
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if err := s.DB.Ping(c.Request().Context(), 2*time.Second); err != nil {
+		s.Logger.Warn("readiness check failed", "error", err.Error())
+		return repolock.Errorf(repolock.EUnavailable, "database is not reachable")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) me(c echo.Context) error {
+	return c.JSON(http.StatusOK, Tenant(c))
+}
+
+type createUserRequest struct {
+	Name        string `json:"name"`
+	DisplayName string `json:"display_name"`
+}
+
+type createUserResponse struct {
+	users.User
+	Token string `json:"token"`
+}
+
+func (s *Server) createUser(c echo.Context) error {
+	var req createUserRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	u, token, err := users.Create(c.Request().Context(), s.DB, req.Name, req.DisplayName)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, createUserResponse{User: u, Token: token})
+}
+
+func (s *Server) listUsers(c echo.Context) error {
+	us, err := users.List(c.Request().Context(), s.DB)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ListResponse[users.User]{Items: us})
+}
+
+func (s *Server) revokeTokens(c echo.Context) error {
+	n, err := users.RevokeTokens(c.Request().Context(), s.DB, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"revoked": n})
+}
+
+func (s *Server) issueToken(c echo.Context) error {
+	token, err := users.IssueToken(c.Request().Context(), s.DB, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, map[string]string{"token": token})
+}

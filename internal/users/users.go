@@ -1,0 +1,159 @@
+// Package users manages tenants ("cluster users") and their API tokens.
+// Tokens are random, shown once, and stored only as SHA-256 hashes.
+package users
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+)
+
+// User is a tenant.
+type User struct {
+	ID          string    `db:"id" json:"id"`
+	Name        string    `db:"name" json:"name"`
+	DisplayName string    `db:"display_name" json:"display_name"`
+	CreatedAt   time.Time `db:"created_at" json:"created_at"`
+}
+
+// TokenPrefix starts every tenant token, so leaked tokens are easy to spot
+// with secret scanners.
+const TokenPrefix = "rlt_"
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+// ValidateName checks a tenant name: 1-63 characters of [a-z0-9-], starting
+// and ending with a letter or digit (a DNS label).
+func ValidateName(name string) error {
+	if len(name) < 1 || len(name) > 63 || !nameRE.MatchString(name) {
+		return repolock.Errorf(repolock.EInvalid,
+			"user name must be 1-63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// NewToken returns a fresh random token and its hash.
+func NewToken() (token string, hash []byte) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("users: crypto/rand failed: " + err.Error())
+	}
+	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return token, HashToken(token)
+}
+
+// HashToken returns the SHA-256 of a token, as stored.
+func HashToken(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// Create creates a tenant and its first token. The token is returned once and
+// never stored.
+func Create(ctx context.Context, db *database.DB, name, displayName string) (User, string, error) {
+	if err := ValidateName(name); err != nil {
+		return User{}, "", err
+	}
+	if len(displayName) > 200 {
+		return User{}, "", repolock.Errorf(repolock.EInvalid, "display_name must be at most 200 characters")
+	}
+	var (
+		u     User
+		token string
+	)
+	err := db.WithTx(ctx, func(tx database.Tx) error {
+		err := tx.GetContext(ctx, &u, `
+			INSERT INTO cluster_users (name, display_name) VALUES ($1, $2)
+			RETURNING id, name, display_name, created_at`, name, displayName)
+		if err != nil {
+			if database.PQCode(err) == database.CodeUniqueViolation {
+				return repolock.Wrap(repolock.EAlreadyExists, err, "a user named %q already exists", name)
+			}
+			return err
+		}
+		token, err = issueToken(ctx, tx, u.ID)
+		return err
+	})
+	if err != nil {
+		return User{}, "", err
+	}
+	return u, token, nil
+}
+
+func issueToken(ctx context.Context, q database.Querier, userID string) (string, error) {
+	token, hash := NewToken()
+	_, err := q.ExecContext(ctx, `INSERT INTO api_tokens (cluster_user_id, token_hash) VALUES ($1, $2)`, userID, hash)
+	return token, err
+}
+
+// IssueToken gives an existing tenant one more token.
+func IssueToken(ctx context.Context, q database.Querier, name string) (string, error) {
+	u, err := GetByName(ctx, q, name)
+	if err != nil {
+		return "", err
+	}
+	token, err := issueToken(ctx, q, u.ID)
+	return token, database.MapError(err)
+}
+
+// GetByName returns the tenant with the given name.
+func GetByName(ctx context.Context, q database.Querier, name string) (User, error) {
+	var u User
+	err := q.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
+	if err != nil {
+		if database.IsNoRows(err) {
+			return User{}, repolock.Errorf(repolock.ENotFound, "user %q not found", name)
+		}
+		return User{}, database.MapError(err)
+	}
+	return u, nil
+}
+
+// List returns every tenant ordered by name.
+func List(ctx context.Context, q database.Querier) ([]User, error) {
+	us := []User{}
+	err := q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
+	return us, database.MapError(err)
+}
+
+// Authenticate returns the tenant that owns a valid, unrevoked token. The
+// lookup is by hash, so the database never compares secrets and the time it
+// takes does not depend on how much of a guess was right.
+func Authenticate(ctx context.Context, q database.Querier, token string) (User, error) {
+	if !strings.HasPrefix(token, TokenPrefix) || len(token) > 200 {
+		return User{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
+	}
+	var u User
+	err := q.GetContext(ctx, &u, `
+		SELECT u.id, u.name, u.display_name, u.created_at
+		FROM api_tokens t JOIN cluster_users u ON u.id = t.cluster_user_id
+		WHERE t.token_hash = $1 AND t.revoked_at IS NULL`, HashToken(token))
+	if err != nil {
+		if database.IsNoRows(err) {
+			return User{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
+		}
+		return User{}, database.MapError(err)
+	}
+	return u, nil
+}
+
+// RevokeTokens revokes every token of the named tenant and returns how many
+// were revoked.
+func RevokeTokens(ctx context.Context, q database.Querier, name string) (int64, error) {
+	u, err := GetByName(ctx, q, name)
+	if err != nil {
+		return 0, err
+	}
+	res, err := q.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE cluster_user_id = $1 AND revoked_at IS NULL`, u.ID)
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	return res.RowsAffected()
+}
