@@ -26,6 +26,7 @@ var commands = map[string]command{
 	"serve":   {"run the HTTP API server", runServe},
 	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
 	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME", runUser},
+	// Domain commands, one line each; their code lives in <command>.go.
 }
 
 // env is what commands share: streams, so tests can capture them.

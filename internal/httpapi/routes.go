@@ -29,6 +29,8 @@ func (s *Server) routes() {
 	s.Admin.GET("/users", s.listUsers)
 	s.Admin.DELETE("/users/:name/tokens", s.revokeTokens)
 	s.Admin.POST("/users/:name/tokens", s.issueToken)
+
+	// Domain routes, one register call per file of handlers.
 }
 
 func (s *Server) healthz(c echo.Context) error {
