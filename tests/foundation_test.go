@@ -1,0 +1,367 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+)
+
+func TestHealthReadyMetrics(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+
+	status, resp := s.do(t, http.MethodGet, "/healthz", "", nil)
+	if status != http.StatusOK || resp["status"] != "ok" {
+		t.Fatalf("healthz: %d %v", status, resp)
+	}
+	status, resp = s.do(t, http.MethodGet, "/readyz", "", nil)
+	if status != http.StatusOK || resp["status"] != "ready" {
+		t.Fatalf("readyz: %d %v", status, resp)
+	}
+	status, hdr, _ := s.doRaw(t, http.MethodGet, "/healthz", "", nil, nil)
+	if status != http.StatusOK || len(hdr.Get("X-Request-ID")) < 16 {
+		t.Fatalf("healthz request id: %d %q", status, hdr.Get("X-Request-ID"))
+	}
+
+	status, _, body := s.doRaw(t, http.MethodGet, "/metrics", "", nil, nil)
+	if status != http.StatusOK {
+		t.Fatalf("metrics: %d", status)
+	}
+	for _, want := range []string{
+		`repolock_http_requests_total{method="GET",route="/readyz",status="200"} 1`,
+		`repolock_http_request_duration_seconds_bucket{method="GET",route="/healthz",status="200"`,
+		`go_sql_max_open_connections{db_name="repolock"} 20`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestReadyzFailsWhenDatabaseGoes(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewDatabase(t, false)
+	s := startServerWith(t, serverOptions{DatabaseURL: dbURL})
+	if status, _ := s.do(t, http.MethodGet, "/readyz", "", nil); status != http.StatusOK {
+		t.Fatalf("readyz before: %d", status)
+	}
+	// Take the database away under the server.
+	admin, err := sql.Open("postgres", dbtest.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	name := dbURL[strings.LastIndex(dbURL, "/")+1:]
+	if i := strings.IndexByte(name, '?'); i >= 0 {
+		name = name[:i]
+	}
+	if _, err := admin.Exec("DROP DATABASE " + pq.QuoteIdentifier(name) + " WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	status, resp := s.do(t, http.MethodGet, "/readyz", "", nil)
+	if status != http.StatusServiceUnavailable || errorCode(resp) != "unavailable" {
+		t.Fatalf("readyz after drop: %d %v", status, resp)
+	}
+	if status, _ := s.do(t, http.MethodGet, "/healthz", "", nil); status != http.StatusOK {
+		t.Fatalf("healthz must not depend on the database: %d", status)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	alice := s.createTenant(t, "alice")
+
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		token      string
+		wantStatus int
+		wantCode   string
+	}{
+		{"tenant route without token is 401", "GET", "/v1/me", "", 401, "unauthenticated"},
+		{"tenant route with unknown token is 401", "GET", "/v1/me", "rlt_nope", 401, "unauthenticated"},
+		{"tenant route with junk token is 401", "GET", "/v1/me", "junk", 401, "unauthenticated"},
+		{"tenant route with admin token is 403", "GET", "/v1/me", s.AdminToken, 403, "forbidden"},
+		{"tenant route with tenant token is 200", "GET", "/v1/me", alice, 200, ""},
+		{"admin route without token is 401", "GET", "/v1/admin/users", "", 401, "unauthenticated"},
+		{"admin route with bad token is 401", "GET", "/v1/admin/users", "rla_wrong", 401, "unauthenticated"},
+		{"admin route with tenant token is 403", "GET", "/v1/admin/users", alice, 403, "forbidden"},
+		{"admin route with admin token is 200", "GET", "/v1/admin/users", s.AdminToken, 200, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, resp := s.do(t, tc.method, tc.path, tc.token, nil)
+			if status != tc.wantStatus || errorCode(resp) != tc.wantCode {
+				t.Fatalf("got %d %v, want %d %q", status, resp, tc.wantStatus, tc.wantCode)
+			}
+		})
+	}
+
+	status, resp := s.do(t, "GET", "/v1/me", alice, nil)
+	if status != 200 || resp["name"] != "alice" {
+		t.Fatalf("me: %d %v", status, resp)
+	}
+
+	// Basic auth or a malformed header is 401 with the same error shape.
+	st, _, raw := s.doRaw(t, "GET", "/v1/me", "", http.Header{"Authorization": {"Basic YTpi"}}, nil)
+	if st != 401 || !strings.Contains(string(raw), `"code":"unauthenticated"`) {
+		t.Fatalf("basic auth: %d %s", st, raw)
+	}
+
+	// Revoking every token of a tenant locks it out; a new token works.
+	status, resp = s.do(t, "DELETE", "/v1/admin/users/alice/tokens", s.AdminToken, nil)
+	if status != 200 || resp["revoked"] != float64(1) {
+		t.Fatalf("revoke: %d %v", status, resp)
+	}
+	if status, _ := s.do(t, "GET", "/v1/me", alice, nil); status != 401 {
+		t.Fatalf("revoked token still works: %d", status)
+	}
+	status, resp = s.do(t, "POST", "/v1/admin/users/alice/tokens", s.AdminToken, nil)
+	if status != 201 {
+		t.Fatalf("issue token: %d %v", status, resp)
+	}
+	if status, _ := s.do(t, "GET", "/v1/me", resp["token"].(string), nil); status != 200 {
+		t.Fatalf("new token: %d", status)
+	}
+}
+
+func TestErrorShape(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	jsonCT := http.Header{"Content-Type": {"application/json"}}
+
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		hdr        http.Header
+		body       string
+		wantStatus int
+		wantCode   string
+		wantMsg    string
+	}{
+		{"unknown route", "GET", "/v1/nope", nil, "", 404, "not_found", "no such route"},
+		{"malformed JSON", "POST", "/v1/admin/users", jsonCT, `{"name":`, 400, "invalid_argument", "not valid JSON"},
+		{"unknown field", "POST", "/v1/admin/users", jsonCT, `{"name":"bob","admin":true}`, 400, "invalid_argument", `unknown field "admin"`},
+		{"wrong type", "POST", "/v1/admin/users", jsonCT, `{"name":7}`, 400, "invalid_argument", `field "name"`},
+		{"two values", "POST", "/v1/admin/users", jsonCT, `{"name":"bob"}{}`, 400, "invalid_argument", "single JSON value"},
+		{"empty body", "POST", "/v1/admin/users", jsonCT, ``, 400, "invalid_argument", "empty"},
+		{"no content type", "POST", "/v1/admin/users", nil, `{"name":"bob"}`, 415, "unsupported_media_type", "application/json"},
+		{"text content type", "POST", "/v1/admin/users", http.Header{"Content-Type": {"text/plain"}}, `{"name":"bob"}`, 415, "unsupported_media_type", "application/json"},
+		{"invalid name", "POST", "/v1/admin/users", jsonCT, `{"name":"Bad_Name"}`, 400, "invalid_argument", "user name must be"},
+		{"too large", "POST", "/v1/admin/users", jsonCT, `{"name":"` + strings.Repeat("a", 2<<20) + `"}`, 413, "payload_too_large", "larger than"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, raw := s.doRaw(t, tc.method, tc.path, s.AdminToken, tc.hdr, strings.NewReader(tc.body))
+			var resp struct {
+				Error struct {
+					Code    string `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(raw, &resp); err != nil {
+				t.Fatalf("status %d, body is not the JSON error shape: %q", status, raw)
+			}
+			if status != tc.wantStatus || resp.Error.Code != tc.wantCode || !strings.Contains(resp.Error.Message, tc.wantMsg) {
+				t.Fatalf("got %d %+v, want %d %s containing %q", status, resp.Error, tc.wantStatus, tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+
+	// Nothing was written by the rejected requests.
+	status, resp := s.do(t, "GET", "/v1/admin/users", s.AdminToken, nil)
+	if status != 200 || len(resp["items"].([]any)) != 0 {
+		t.Fatalf("rejected requests wrote users: %v", resp)
+	}
+	// A duplicate is 409 already_exists.
+	s.createTenant(t, "bob")
+	status, resp = s.do(t, "POST", "/v1/admin/users", s.AdminToken, map[string]any{"name": "bob"})
+	if status != 409 || errorCode(resp) != "already_exists" {
+		t.Fatalf("duplicate: %d %v", status, resp)
+	}
+}
+
+// TestGracefulShutdown proves that a request in flight when SIGTERM arrives
+// is completed before the process exits, and that the exit is clean.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"name":"late"}`
+	// Send the headers and half of the body, so the request is in flight.
+	fmt.Fprintf(conn, "POST /v1/admin/users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		s.AdminToken, len(body), body[:5])
+	time.Sleep(200 * time.Millisecond) // let the server start reading the request
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let shutdown begin
+	select {
+	case <-s.exited:
+		t.Fatalf("server exited with a request in flight")
+	default:
+	}
+	if _, err := io.WriteString(conn, body[5:]); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("in-flight request got no response: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("in-flight request: status %d", res.StatusCode)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not exit after SIGTERM")
+	}
+	if s.err != nil {
+		t.Fatalf("exit: %v", s.err)
+	}
+	if !strings.Contains(s.logs.String(), `"msg":"stopped"`) {
+		t.Errorf("no 'stopped' log line")
+	}
+	// New connections are refused once it is gone.
+	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(s.URL, "http://"), time.Second); err == nil {
+		t.Errorf("server still accepts connections after exit")
+	}
+}
+
+func TestMigrateUpDownUp(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewDatabase(t, false)
+	latest, err := database.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := func(out string) (v uint, dirty bool) {
+		t.Helper()
+		var st database.MigrationStatus
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("version output %q: %v", out, err)
+		}
+		return st.Version, st.Dirty
+	}
+	steps := []struct {
+		args []string
+		want uint
+	}{
+		{[]string{"migrate", "version"}, 0},
+		{[]string{"migrate", "up"}, latest},
+		{[]string{"migrate", "down", "1"}, latest - 1},
+		{[]string{"migrate", "up"}, latest},
+		{[]string{"migrate", "down", "--all"}, 0},
+		{[]string{"migrate", "up"}, latest},
+		{[]string{"migrate", "up"}, latest}, // nothing to do is fine
+	}
+	for _, st := range steps {
+		out, errOut, code := runCLI(t, dbURL, st.args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", st.args, code, errOut)
+		}
+		if v, dirty := version(out); v != st.want || dirty {
+			t.Fatalf("%v: version %d dirty %v, want %d", st.args, v, dirty, st.want)
+		}
+	}
+	// After down --all nothing of ours is left; after up everything is back.
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public' AND table_name = 'cluster_users'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("cluster_users after up: %d %v", n, err)
+	}
+
+	if _, _, code := runCLI(t, dbURL, "migrate", "sideways"); code != 2 {
+		t.Fatalf("bad action: exit %d, want 2", code)
+	}
+}
+
+// TestMigrateConcurrently runs several migrators at once, as replicas
+// starting together would: all succeed and the schema is applied once.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewDatabase(t, false)
+	latest, _ := database.LatestVersion()
+	var wg sync.WaitGroup
+	errs := make([]string, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, errOut, code := runCLI(t, dbURL, "migrate", "up")
+			if code != 0 || !strings.Contains(out, fmt.Sprintf(`"version":%d,"dirty":false`, latest)) {
+				errs[i] = fmt.Sprintf("exit %d: %s %s", code, out, errOut)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, e := range errs {
+		if e != "" {
+			t.Errorf("migrator %d: %s", i, e)
+		}
+	}
+}
+
+func TestUserCLI(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	out, errOut, code := runCLI(t, s.DatabaseURL, "user", "create", "carol", "--display-name", "Carol C")
+	if code != 0 {
+		t.Fatalf("user create: %d %s", code, errOut)
+	}
+	token := strings.TrimSpace(out)
+	if !strings.HasPrefix(token, "rlt_") || !strings.Contains(errOut, "shown only this once") {
+		t.Fatalf("user create printed %q / %q", out, errOut)
+	}
+	status, resp := s.do(t, "GET", "/v1/me", token, nil)
+	if status != 200 || resp["name"] != "carol" || resp["display_name"] != "Carol C" {
+		t.Fatalf("token from CLI: %d %v", status, resp)
+	}
+	out, _, code = runCLI(t, s.DatabaseURL, "user", "list")
+	if code != 0 || !strings.Contains(out, "carol") || !strings.Contains(out, "Carol C") {
+		t.Fatalf("user list: %d %q", code, out)
+	}
+	if _, errOut, code := runCLI(t, s.DatabaseURL, "user", "create", "carol"); code != 1 || !strings.Contains(errOut, "already exists") {
+		t.Fatalf("duplicate user: %d %q", code, errOut)
+	}
+	// The token is stored only as a hash.
+	db, err := sql.Open("postgres", s.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var leaked int
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM api_tokens WHERE position($1::bytea in token_hash) > 0`, []byte(token)).Scan(&leaked); err != nil || leaked != 0 {
+		t.Fatalf("token stored in clear: %d %v", leaked, err)
+	}
+}

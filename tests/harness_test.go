@@ -1,0 +1,317 @@
+// Package tests holds end-to-end tests: they build the real binary, start
+// `api serve` on a free port against a fresh database, and talk to it over
+// HTTP, exactly as an operator or a client would.
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/internal/dbtest"
+)
+
+// binPath is the api binary built once by TestMain.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "repolock-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "api")
+	build := exec.Command("go", "build", "-o", binPath, "../cmd/api")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the api binary failed:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a running `api serve` process.
+type server struct {
+	URL         string // http://127.0.0.1:PORT
+	AdminToken  string
+	DatabaseURL string
+	Bin         string
+
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan struct{}
+	err    error // Wait's result, valid after exited is closed
+}
+
+// serverOptions tweak startServer.
+type serverOptions struct {
+	// DatabaseURL, when set, is used instead of a fresh empty database.
+	DatabaseURL string
+	Env         []string
+	Args        []string
+}
+
+// startServer starts `api serve` on a free port against a fresh, empty
+// database (the server migrates it on start) and stops it when t ends,
+// failing the test if it does not exit cleanly on SIGTERM.
+func startServer(t *testing.T) *server {
+	t.Helper()
+	return startServerWith(t, serverOptions{})
+}
+
+func startServerWith(t *testing.T, opts serverOptions) *server {
+	t.Helper()
+	dbURL := opts.DatabaseURL
+	if dbURL == "" {
+		dbURL = dbtest.NewDatabase(t, false)
+	}
+	s := &server{
+		AdminToken:  "rla_" + randomHex(16),
+		DatabaseURL: dbURL,
+		Bin:         binPath,
+		logs:        &syncBuffer{},
+		exited:      make(chan struct{}),
+	}
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug"}, opts.Args...)
+	s.cmd = exec.Command(binPath, args...)
+	s.cmd.Env = append(cleanEnv(), "DATABASE_URL="+dbURL, "ADMIN_TOKEN="+s.AdminToken)
+	s.cmd.Env = append(s.cmd.Env, opts.Env...)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stdout = s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start api serve: %v", err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			s.logs.WriteLine(line)
+			if !sent {
+				var rec struct {
+					Msg  string `json:"msg"`
+					Addr string `json:"addr"`
+				}
+				if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" {
+					addrc <- rec.Addr
+					sent = true
+				}
+			}
+		}
+	}()
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			t.Logf("server logs:\n%s", s.logs.String())
+		}
+	})
+	select {
+	case addr := <-addrc:
+		s.URL = "http://" + addr
+	case <-s.exited:
+		t.Fatalf("api serve exited before listening: %v\n%s", s.err, s.logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("api serve did not start listening within 60s\n%s", s.logs.String())
+	}
+	return s
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(30 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+			t.Errorf("api serve did not exit within 30s of SIGTERM")
+			return
+		}
+	}
+	if s.err != nil {
+		t.Errorf("api serve exited with %v", s.err)
+	}
+}
+
+// createTenant creates a tenant over the admin API and returns its token.
+func (s *server) createTenant(t *testing.T, name string) string {
+	t.Helper()
+	status, resp := s.do(t, http.MethodPost, "/v1/admin/users", s.AdminToken, map[string]any{"name": name})
+	if status != http.StatusCreated {
+		t.Fatalf("create tenant %s: status %d: %v", name, status, resp)
+	}
+	token, _ := resp["token"].(string)
+	if token == "" {
+		t.Fatalf("create tenant %s: no token in %v", name, resp)
+	}
+	return token
+}
+
+// do sends a JSON request (body nil for none) with a bearer token (empty for
+// none) and decodes a JSON object response (nil for an empty body).
+func (s *server) do(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	hdr := http.Header{}
+	if body != nil {
+		hdr.Set("Content-Type", "application/json")
+	}
+	status, _, raw := s.doRaw(t, method, path, token, hdr, r)
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return status, nil
+	}
+	var resp map[string]any
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		t.Fatalf("%s %s: status %d: response is not a JSON object: %q", method, path, status, raw)
+	}
+	return status, resp
+}
+
+// doRaw sends a request with the given headers and returns status, headers
+// and body.
+func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header, body io.Reader) (int, http.Header, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range hdr {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return res.StatusCode, res.Header, raw
+}
+
+// runCLI runs the api binary with args and the database URL in the
+// environment, returning stdout, stderr and the exit code.
+func runCLI(t *testing.T, dbURL string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(cleanEnv(), "DATABASE_URL="+dbURL, "LOG_FORMAT=text")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("run api %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), errb.String(), code
+}
+
+// errorCode returns resp["error"]["code"].
+func errorCode(resp map[string]any) string {
+	e, _ := resp["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+// errorMessage returns resp["error"]["message"].
+func errorMessage(resp map[string]any) string {
+	e, _ := resp["error"].(map[string]any)
+	m, _ := e["message"].(string)
+	return m
+}
+
+// cleanEnv is the environment without variables that would change the
+// binary's behaviour under test.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "DATABASE_URL", "ADMIN_TOKEN", "LISTEN_ADDR", "MIGRATE_ON_START", "LOG_LEVEL", "LOG_FORMAT", "GC_INTERVAL":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// syncBuffer collects a process's output safely across goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) WriteLine(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.WriteString(line)
+	b.buf.WriteByte('\n')
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
