@@ -43,7 +43,9 @@ wait_for() {
 
 found() { say "using $(printf '%s' "$1" | sed -E 's#//([^:/@]+):[^@]*@#//\1:xxxxx@#')"; printf '%s\n' "$1"; exit 0; }
 
-default_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+# PG_ENSURE_PORT moves the "standard port" probe (used to test the fallbacks).
+default_port=${PG_ENSURE_PORT:-5432}
+default_url="postgres://postgres@127.0.0.1:$default_port/postgres?sslmode=disable"
 
 # 1. An explicit URL.
 if [ -n "${DATABASE_URL:-}" ]; then
