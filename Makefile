@@ -20,7 +20,7 @@ build: ## build bin/api
 
 .PHONY: run
 run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
-	@set -e; url=$$($(PG_ENSURE)); \
+	@set -e; url=$$($(PG_ENSURE) --database repolock); \
 	mkdir -p .data; \
 	if [ -z "$$ADMIN_TOKEN" ]; then \
 		[ -s .data/admin-token ] || (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/rla_/' > .data/admin-token); \

@@ -10,8 +10,17 @@
 #   5. As root with apt-get, install Debian's postgresql and go to 3.
 #   6. Otherwise: stop with a message saying what to install.
 #
+# With --database NAME, the database NAME is created if missing and the URL
+# printed points at it (make run uses a "repolock" database; tests only need
+# the admin URL, they create their own databases).
+#
 # The URL goes to stdout (one line, last); everything else to stderr.
 set -euo pipefail
+
+want_db=""
+if [ "${1:-}" = "--database" ] && [ -n "${2:-}" ]; then
+	want_db=$2
+fi
 
 say() { printf 'pg-ensure: %s\n' "$*" >&2; }
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +50,31 @@ wait_for() {
 	return 1
 }
 
-found() { say "using $(printf '%s' "$1" | sed -E 's#//([^:/@]+):[^@]*@#//\1:xxxxx@#')"; printf '%s\n' "$1"; exit 0; }
+# with_db URL NAME: URL with its database path replaced by NAME.
+with_db() {
+	local url=$1 name=$2 base query=""
+	base=${url%%\?*}
+	[ "$base" != "$url" ] && query="?${url#*\?}"
+	printf '%s/%s%s' "${base%/*}" "$name" "$query"
+}
+
+found() {
+	local url=$1
+	if [ -n "$want_db" ] && [ -z "${DATABASE_URL:-}" ]; then
+		if command -v psql >/dev/null 2>&1; then
+			if [ "$(psql "$url" -Atqc "SELECT 1 FROM pg_database WHERE datname = '$want_db'")" != 1 ]; then
+				say "creating database $want_db"
+				psql "$url" -qc "CREATE DATABASE \"$want_db\"" >&2
+			fi
+			url=$(with_db "$url" "$want_db")
+		else
+			say "psql is not installed: cannot create database $want_db; using the server's default database"
+		fi
+	fi
+	say "using $(printf '%s' "$url" | sed -E 's#//([^:/@]+):[^@]*@#//\1:xxxxx@#')"
+	printf '%s\n' "$url"
+	exit 0
+}
 
 # PG_ENSURE_PORT moves the "standard port" probe (used to test the fallbacks).
 default_port=${PG_ENSURE_PORT:-5432}
