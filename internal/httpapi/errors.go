@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -43,6 +44,24 @@ var codeByStatus = map[int]repolock.Code{
 	http.StatusUnsupportedMediaType:  repolock.EUnsupportedMedia,
 	http.StatusServiceUnavailable:    repolock.EUnavailable,
 	http.StatusTooManyRequests:       repolock.ETooManyRequests,
+}
+
+// allowedMethods lists the methods that have a real (not catch-all) route for
+// the request's path.
+func (s *Server) allowedMethods(c echo.Context) []string {
+	var allowed []string
+	path := c.Request().URL.Path
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == c.Request().Method {
+			continue
+		}
+		probe := s.Echo.NewContext(c.Request(), nil)
+		s.Echo.Router().Find(m, path, probe)
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 // StatusFor returns the HTTP status of a domain error code.
@@ -86,6 +105,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		if status == http.StatusNotFound && he == echo.ErrNotFound {
 			message = "no such route"
+			// Echo answers 404 for a wrong method on a route that exists
+			// (group middleware registers catch-all routes); say 405.
+			if allowed := s.allowedMethods(c); len(allowed) > 0 {
+				status, code = http.StatusMethodNotAllowed, repolock.EMethodNotAllowed
+				message = "method " + c.Request().Method + " is not allowed here; allowed: " + strings.Join(allowed, ", ")
+				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allowed, ", "))
+			}
 		}
 	case errors.Is(err, context.DeadlineExceeded):
 		code, status, message = repolock.ETimeout, http.StatusGatewayTimeout, "the request timed out"
