@@ -21,9 +21,12 @@ CREATE TABLE applications (
     CONSTRAINT applications_name_length CHECK (length(name) BETWEEN 1 AND 253),
     CONSTRAINT applications_repo_url_length CHECK (length(repo_url) BETWEEN 1 AND 2048),
     CONSTRAINT applications_path_length CHECK (length(path) <= 4096),
-    CONSTRAINT applications_target_revision_length CHECK (length(target_revision) <= 255)
+    CONSTRAINT applications_target_revision_length CHECK (length(target_revision) <= 255),
+    CONSTRAINT applications_normalized_url_length CHECK (length(normalized_url) BETWEEN 1 AND 2048)
 );
 CREATE INDEX applications_normalized_url_idx ON applications (normalized_url);
+-- Keyset pagination of a tenant's applications: ORDER BY created_at, id.
+CREATE INDEX applications_tenant_created_at_id_idx ON applications (cluster_user_id, created_at, id);
 
 CREATE TABLE repository_credentials (
     id              uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -41,9 +44,12 @@ CREATE TABLE repository_credentials (
     CONSTRAINT repository_credentials_name_length CHECK (length(name) BETWEEN 1 AND 253),
     CONSTRAINT repository_credentials_repo_url_length CHECK (length(repo_url) BETWEEN 1 AND 2048),
     CONSTRAINT repository_credentials_username_length CHECK (length(username) <= 255),
-    CONSTRAINT repository_credentials_secret_ref_length CHECK (length(secret_ref) <= 1024)
+    CONSTRAINT repository_credentials_secret_ref_length CHECK (length(secret_ref) <= 1024),
+    CONSTRAINT repository_credentials_normalized_url_length CHECK (length(normalized_url) BETWEEN 1 AND 2048)
 );
 CREATE INDEX repository_credentials_normalized_url_idx ON repository_credentials (normalized_url);
+-- Keyset pagination of a tenant's credentials: ORDER BY created_at, id.
+CREATE INDEX repository_credentials_tenant_created_at_id_idx ON repository_credentials (cluster_user_id, created_at, id);
 
 CREATE TABLE RepositoryLockOwner (
     id                 uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -52,9 +58,12 @@ CREATE TABLE RepositoryLockOwner (
     cluster_user_id    uuid        NOT NULL REFERENCES cluster_users (id) ON DELETE CASCADE,
     created_at         timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT repositorylockowner_git_repository_url_key UNIQUE (git_repository_url),
-    CONSTRAINT repositorylockowner_url_length CHECK (length(git_repository_url) BETWEEN 1 AND 2048)
+    CONSTRAINT repositorylockowner_url_length CHECK (length(git_repository_url) BETWEEN 1 AND 2048),
+    CONSTRAINT repositorylockowner_normalizer_version_positive CHECK (normalizer_version > 0)
 );
-CREATE INDEX repositorylockowner_cluster_user_id_idx ON RepositoryLockOwner (cluster_user_id);
+-- Serves the foreign key (leading column) and the keyset pagination of a
+-- tenant's locks (ORDER BY created_at, id).
+CREATE INDEX repositorylockowner_cluster_user_id_idx ON RepositoryLockOwner (cluster_user_id, created_at, id);
 CREATE INDEX repositorylockowner_created_at_idx ON RepositoryLockOwner (created_at);
 
 -- Reference rows. NO ACTION (checked at the end of each statement) makes it

@@ -1,0 +1,326 @@
+// Package locks implements ownership locks (design 002): a normalized Git
+// repository URL belongs to at most one tenant at a time. The lock is a row of
+// RepositoryLockOwner, unique on git_repository_url; Applications and
+// Repository Credentials hold reference rows to it (RepositoryLockApplication,
+// RepositoryLockRepositoryCredential), and the lock is deleted by Release when
+// its last reference is gone.
+//
+// Concurrency, under READ COMMITTED:
+//
+//   - AcquireRepositoryCredentialURL creates a lock with a single
+//     INSERT ... ON CONFLICT DO NOTHING, so two tenants racing for a new URL
+//     are decided by the unique index, never by a SELECT-then-INSERT window.
+//   - When the caller already owns the URL, Acquire takes FOR KEY SHARE on the
+//     lock row. That is the lock the foreign-key check of the caller's
+//     reference insert takes anyway, taken earlier: from that moment until the
+//     caller's transaction ends, the lock row cannot be deleted.
+//   - Release takes FOR UPDATE on the lock row first (waiting for every
+//     transaction that holds FOR KEY SHARE, that is, every acquirer about to
+//     write a reference) and only then, in a new statement with a new
+//     snapshot, deletes the row if nothing references it. An acquirer that
+//     comes after a committed Release finds no row, loops and creates a fresh
+//     lock.
+//
+// The foreign keys from the reference tables (ON DELETE NO ACTION) are the
+// backstop: whatever the code does, a referenced lock cannot be deleted.
+package locks
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/normalize"
+)
+
+// Lock is a tenant's ownership lock on a normalized repository URL, with the
+// number of Applications and Repository Credentials that reference it.
+type Lock struct {
+	ID                    string    `db:"id" json:"id"`
+	NormalizedURL         string    `db:"git_repository_url" json:"normalized_url"`
+	NormalizerVersion     int       `db:"normalizer_version" json:"normalizer_version"`
+	OwnerID               string    `db:"cluster_user_id" json:"-"`
+	Applications          int       `db:"applications" json:"applications"`
+	RepositoryCredentials int       `db:"repository_credentials" json:"repository_credentials"`
+	CreatedAt             time.Time `db:"created_at" json:"created_at"`
+}
+
+// Event names recorded in repository_lock_events.
+const (
+	EventAcquired  = "acquired"  // a tenant created a lock
+	EventDenied    = "denied"    // a tenant asked for a URL another tenant owns
+	EventReleased  = "released"  // a lock lost its last reference (or its tenant was deleted)
+	EventCollected = "collected" // the global GC deleted an unreferenced lock
+)
+
+// maxAcquireAttempts bounds Acquire's loop. Each extra round is caused by a
+// lock that was deleted between two of Acquire's statements; needing more
+// than a handful means the lock is changing hands continuously.
+const maxAcquireAttempts = 16
+
+// ClaimedError is the error a caller denied a URL gets: code
+// repository_claimed (HTTP 409), and the owner's name in the message and in
+// Details["owner"].
+func ClaimedError(owner string) error {
+	return &repolock.Error{
+		Code:    repolock.ERepositoryClaimed,
+		Message: "a repository URL is already claimed by another user: " + owner,
+		Details: map[string]any{"owner": owner},
+	}
+}
+
+// ValidateKey checks that key is canonical: normalize.RepoURL(key) == key.
+func ValidateKey(key string) error {
+	k, err := normalize.RepoURL(key)
+	if err != nil {
+		return err
+	}
+	if string(k) != key {
+		return repolock.Errorf(repolock.EInvalid, "lock key is not a normalized repository URL (normalized form: %s)", k)
+	}
+	return nil
+}
+
+func validateUserID(id string) error {
+	if id == "" {
+		return repolock.Errorf(repolock.EInvalid, "acquiring user is empty")
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return repolock.Errorf(repolock.EInvalid, "acquiring user is not a user id")
+	}
+	return nil
+}
+
+// insertLockSQL is the common case, in one round trip: create the lock and its
+// "acquired" event, or do nothing when the URL is taken.
+const insertLockSQL = `
+WITH lock AS (
+	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
+	VALUES ($1, $2, $3)
+	ON CONFLICT (git_repository_url) DO NOTHING
+	RETURNING id, git_repository_url, cluster_user_id
+), event AS (
+	INSERT INTO repository_lock_events
+		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
+	SELECT 'acquired', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
+	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
+)
+SELECT id FROM lock`
+
+// ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
+// it, so that it cannot be released before the caller's transaction ends.
+// A row being deleted by a concurrent Release is waited for and then skipped.
+const ownLockSQL = `
+SELECT id FROM RepositoryLockOwner
+WHERE git_repository_url = $1 AND cluster_user_id = $2
+FOR KEY SHARE`
+
+// deniedSQL finds another tenant's lock on a URL and records the denial, in
+// one round trip.
+const deniedSQL = `
+WITH owner AS (
+	SELECT o.id, o.cluster_user_id, u.name
+	FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+	WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2
+), event AS (
+	INSERT INTO repository_lock_events
+		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
+	SELECT 'denied', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
+	FROM owner
+)
+SELECT name FROM owner`
+
+// AcquireRepositoryCredentialURL acquires the lock on the normalized
+// repository URL key for the tenant whose id is acquiringUser.
+//
+//   - The URL is free: a lock is created (and an "acquired" event recorded);
+//     it returns (id, true, "", nil). This is one statement.
+//   - The caller already owns it: it returns (existing id, true, "", nil) and
+//     holds FOR KEY SHARE on the lock row until q's transaction ends, so a
+//     concurrent Release cannot delete it before the caller has written its
+//     reference.
+//   - Another tenant owns it: it records a "denied" event and returns
+//     ("", false, owner's name, nil). ClaimedError(owner) is the error to give
+//     the caller.
+//
+// Call it in the transaction that writes the reference row: the guarantee
+// that the lock outlives the reference insert holds only until q commits.
+// The events are written through q too; a caller that wants a denial audited
+// must commit q (internal/apps does).
+func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acquiringUser, key string) (lockID string, acquired bool, owner string, err error) {
+	if err := validateUserID(acquiringUser); err != nil {
+		return "", false, "", err
+	}
+	if err := ValidateKey(key); err != nil {
+		return "", false, "", err
+	}
+	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
+		err := q.GetContext(ctx, &lockID, insertLockSQL, key, normalize.Version, acquiringUser)
+		if err == nil {
+			return lockID, true, "", nil
+		}
+		if !database.IsNoRows(err) {
+			return "", false, "", mapAcquireError(err)
+		}
+		// The URL is taken: by the caller, by someone else, or by a lock
+		// being released right now (then both lookups miss and we go round).
+		err = q.GetContext(ctx, &lockID, ownLockSQL, key, acquiringUser)
+		if err == nil {
+			return lockID, true, "", nil
+		}
+		if !database.IsNoRows(err) {
+			return "", false, "", database.MapError(err)
+		}
+		err = q.GetContext(ctx, &owner, deniedSQL, key, acquiringUser)
+		if err == nil {
+			return "", false, owner, nil
+		}
+		if !database.IsNoRows(err) {
+			return "", false, "", database.MapError(err)
+		}
+	}
+	return "", false, "", repolock.Errorf(repolock.EConflict,
+		"the lock on %s changed hands %d times while acquiring it; try again", key, maxAcquireAttempts)
+}
+
+func mapAcquireError(err error) error {
+	if database.PQCode(err) == database.CodeForeignKeyViolation {
+		return repolock.Wrap(repolock.ENotFound, err, "acquiring user does not exist")
+	}
+	return database.MapError(err)
+}
+
+// lockForReleaseSQL waits for every transaction holding a row lock on the
+// lock (acquirers about to write a reference hold FOR KEY SHARE) and blocks
+// new ones until the releasing transaction ends.
+const lockForReleaseSQL = `SELECT id FROM RepositoryLockOwner WHERE id = $1 FOR UPDATE`
+
+// releaseSQL deletes the lock when nothing references it and records the
+// "released" event, in one statement. Run after lockForReleaseSQL, it sees
+// every reference committed by the transactions that lock waited for.
+const releaseSQL = `
+WITH gone AS (
+	DELETE FROM RepositoryLockOwner o
+	WHERE o.id = $1
+	  AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication a WHERE a.lock_id = o.id)
+	  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential c WHERE c.lock_id = o.id)
+	RETURNING o.id, o.git_repository_url, o.cluster_user_id
+), event AS (
+	INSERT INTO repository_lock_events
+		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
+	SELECT 'released', gone.id, gone.git_repository_url, gone.cluster_user_id, u.name, gone.cluster_user_id, u.name
+	FROM gone LEFT JOIN cluster_users u ON u.id = gone.cluster_user_id
+)
+SELECT count(*) FROM gone`
+
+// Release deletes the lock lockID if no Application and no Repository
+// Credential references it, recording a "released" event, and reports
+// whether it did. A lock that does not exist (already released) is not an
+// error: it returns false.
+//
+// Call it in the transaction that removed the caller's reference (internal/apps
+// does), after removing it. It is safe against a concurrent
+// AcquireRepositoryCredentialURL by the same tenant: either the acquirer's
+// reference is committed first and the lock stays, or the lock is deleted
+// first and the acquirer creates a fresh one. Called outside a transaction it
+// is still safe (the foreign keys refuse to delete a referenced lock, which
+// it reports as false), only less precise.
+func Release(ctx context.Context, q database.Querier, lockID string) (released bool, err error) {
+	if _, err := uuid.Parse(lockID); err != nil {
+		return false, repolock.Errorf(repolock.EInvalid, "lock id is not valid")
+	}
+	var id string
+	if err := q.GetContext(ctx, &id, lockForReleaseSQL, lockID); err != nil {
+		if database.IsNoRows(err) {
+			return false, nil
+		}
+		return false, database.MapError(err)
+	}
+	var n int
+	if err := q.GetContext(ctx, &n, releaseSQL, lockID); err != nil {
+		if database.PQCode(err) == database.CodeForeignKeyViolation {
+			// Outside a transaction a reference can appear between the two
+			// statements; the foreign key refused the delete.
+			return false, nil
+		}
+		return false, database.MapError(err)
+	}
+	return n == 1, nil
+}
+
+const lockColumns = `
+	o.id, o.git_repository_url, o.normalizer_version, o.cluster_user_id, o.created_at,
+	(SELECT count(*) FROM RepositoryLockApplication a WHERE a.lock_id = o.id) AS applications,
+	(SELECT count(*) FROM RepositoryLockRepositoryCredential c WHERE c.lock_id = o.id) AS repository_credentials`
+
+// Get returns the tenant's lock lockID. Another tenant's lock, or a malformed
+// id, is not found.
+func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (Lock, error) {
+	if _, err := uuid.Parse(lockID); err != nil {
+		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
+	}
+	var l Lock
+	err := q.GetContext(ctx, &l, `SELECT `+lockColumns+`
+		FROM RepositoryLockOwner o WHERE o.id = $1 AND o.cluster_user_id = $2`, lockID, tenantID)
+	if database.IsNoRows(err) {
+		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
+	}
+	return l, database.MapError(err)
+}
+
+// List returns one page of the tenant's locks in creation order, and the
+// token of the next page ("" after the last).
+func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]Lock, string, error) {
+	after, err := DecodePageToken(KindLocks, pageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	ls := []Lock{}
+	err = q.SelectContext(ctx, &ls, `SELECT `+lockColumns+`
+		FROM RepositoryLockOwner o
+		WHERE o.cluster_user_id = $1 AND (o.created_at, o.id) > ($2::timestamptz, $3::uuid)
+		ORDER BY o.created_at, o.id
+		LIMIT $4`, tenantID, after.CreatedAt, after.ID, pageSize+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	var next string
+	if len(ls) > pageSize {
+		ls = ls[:pageSize]
+		last := ls[len(ls)-1]
+		next = EncodePageToken(KindLocks, Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	return ls, next, nil
+}
+
+// Owner is who holds a URL, as operators look it up.
+type Owner struct {
+	LockID            string    `db:"id" json:"lock_id"`
+	NormalizedURL     string    `db:"git_repository_url" json:"normalized_url"`
+	NormalizerVersion int       `db:"normalizer_version" json:"normalizer_version"`
+	UserID            string    `db:"cluster_user_id" json:"user_id"`
+	UserName          string    `db:"user_name" json:"user"`
+	Applications      int       `db:"applications" json:"applications"`
+	Credentials       int       `db:"repository_credentials" json:"repository_credentials"`
+	CreatedAt         time.Time `db:"created_at" json:"created_at"`
+}
+
+// OwnerOf returns the lock on a normalized URL and its owner, or not found
+// when the URL is free. It is an operator's lookup: it names the owner
+// whoever asks.
+func OwnerOf(ctx context.Context, q database.Querier, key string) (Owner, error) {
+	if err := ValidateKey(key); err != nil {
+		return Owner{}, err
+	}
+	var o Owner
+	err := q.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
+		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+		WHERE o.git_repository_url = $1`, key)
+	if database.IsNoRows(err) {
+		return Owner{}, repolock.Errorf(repolock.ENotFound, "no lock on %s", key)
+	}
+	return o, database.MapError(err)
+}

@@ -1,0 +1,660 @@
+package locks_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/users"
+)
+
+func newTenant(t *testing.T, db *database.DB, name string) users.User {
+	t.Helper()
+	u, _, err := users.Create(context.Background(), db, name, "")
+	if err != nil {
+		t.Fatalf("create tenant %s: %v", name, err)
+	}
+	return u
+}
+
+type event struct {
+	Event     string         `db:"event"`
+	LockID    sql.NullString `db:"lock_id"`
+	URL       string         `db:"git_repository_url"`
+	UserName  sql.NullString `db:"cluster_user_name"`
+	OwnerName sql.NullString `db:"owner_user_name"`
+}
+
+func (e event) String() string {
+	return fmt.Sprintf("%s %s by %s owner %s", e.Event, e.URL, e.UserName.String, e.OwnerName.String)
+}
+
+func events(t *testing.T, q database.Querier, key string) []string {
+	t.Helper()
+	var evs []event
+	if err := q.SelectContext(context.Background(), &evs, `
+		SELECT event, lock_id, git_repository_url, cluster_user_name, owner_user_name
+		FROM repository_lock_events WHERE git_repository_url = $1 ORDER BY id`, key); err != nil {
+		t.Fatal(err)
+	}
+	out := []string{}
+	for _, e := range evs {
+		out = append(out, e.String())
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// addApplicationRef creates an application of the tenant on key referencing
+// lockID, as internal/apps does, in q.
+func addApplicationRef(t *testing.T, q database.Querier, tenantID, name, key, lockID string) string {
+	t.Helper()
+	var id string
+	err := q.GetContext(context.Background(), &id, `
+		WITH app AS (
+			INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url)
+			VALUES ($1, $2, $3, $3) RETURNING id
+		), ref AS (
+			INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT id, $4 FROM app
+		)
+		SELECT id FROM app`, tenantID, name, key, lockID)
+	if err != nil {
+		t.Fatalf("add application ref: %v", err)
+	}
+	return id
+}
+
+func lockCount(t *testing.T, q database.Querier, key string) int {
+	t.Helper()
+	var n int
+	if err := q.GetContext(context.Background(), &n, `SELECT count(*) FROM RepositoryLockOwner WHERE git_repository_url = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestAcquire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := newTenant(t, db, "alice")
+	bob := newTenant(t, db, "bob")
+	const key = "github.com/acme/app"
+
+	id1, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	if err != nil || !acquired || owner != "" || id1 == "" {
+		t.Fatalf("first acquire: %q %v %q %v", id1, acquired, owner, err)
+	}
+	// The same tenant again: the existing lock (the design's pseudocode
+	// would refuse this).
+	id2, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	if err != nil || !acquired || owner != "" || id2 != id1 {
+		t.Fatalf("re-acquire: %q %v %q %v, want %q true", id2, acquired, owner, err, id1)
+	}
+	// Another tenant: denied, naming the owner.
+	id3, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key)
+	if err != nil || acquired || owner != "alice" || id3 != "" {
+		t.Fatalf("other tenant: %q %v %q %v, want \"\" false alice nil", id3, acquired, owner, err)
+	}
+	var version int
+	if err := db.GetContext(ctx, &version, `SELECT normalizer_version FROM RepositoryLockOwner WHERE id = $1`, id1); err != nil || version != normalize.Version {
+		t.Fatalf("normalizer_version = %d, %v; want %d", version, err, normalize.Version)
+	}
+	want := []string{
+		"acquired github.com/acme/app by alice owner alice",
+		"denied github.com/acme/app by bob owner alice",
+	}
+	if got := events(t, db, key); !equal(got, want) {
+		t.Fatalf("events:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestAcquireRejects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := newTenant(t, db, "alice")
+	for _, tc := range []struct {
+		name, user, key string
+		code            repolock.Code
+	}{
+		{"empty user", "", "github.com/a/b", repolock.EInvalid},
+		{"user not an id", "alice", "github.com/a/b", repolock.EInvalid},
+		{"unknown user", "00000000-0000-0000-0000-000000000001", "github.com/a/b", repolock.ENotFound},
+		{"empty key", alice.ID, "", repolock.EInvalid},
+		{"key not normalized (scheme)", alice.ID, "https://github.com/a/b", repolock.EInvalid},
+		{"key not normalized (case)", alice.ID, "github.com/A/b", repolock.EInvalid},
+		{"key not normalized (.git)", alice.ID, "github.com/a/b.git", repolock.EInvalid},
+		{"invalid URL", alice.ID, "not a url", repolock.EInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, tc.user, tc.key)
+			if repolock.ErrorCode(err) != tc.code || id != "" || acquired || owner != "" {
+				t.Fatalf("got %q %v %q %v, want code %s", id, acquired, owner, err, tc.code)
+			}
+		})
+	}
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT (SELECT count(*) FROM RepositoryLockOwner) + (SELECT count(*) FROM repository_lock_events)`); err != nil || n != 0 {
+		t.Fatalf("rows written by rejected calls: %d, %v", n, err)
+	}
+}
+
+// Many tenants race for the same fresh URLs: each URL ends with exactly one
+// owner, every call by the owner returned its lock, every other call was
+// denied naming the owner.
+func TestAcquireRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	const tenants, perTenant, urls = 8, 4, 50
+	us := make([]users.User, tenants)
+	for i := range us {
+		us[i] = newTenant(t, db, fmt.Sprintf("t%d", i))
+	}
+	type result struct {
+		user, key, lockID, owner string
+		acquired                 bool
+	}
+	results := make(chan result, tenants*perTenant*urls)
+	var wg sync.WaitGroup
+	errc := make(chan error, tenants*perTenant)
+	for i := 0; i < tenants; i++ {
+		for g := 0; g < perTenant; g++ {
+			wg.Add(1)
+			go func(u users.User, g int) {
+				defer wg.Done()
+				for j := 0; j < urls; j++ {
+					k := fmt.Sprintf("git.example.com/race/r%d", (j+g*7)%urls)
+					id, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, u.ID, k)
+					if err != nil {
+						errc <- err
+						return
+					}
+					results <- result{u.Name, k, id, owner, ok}
+				}
+			}(us[i], g)
+		}
+	}
+	wg.Wait()
+	close(results)
+	close(errc)
+	for err := range errc {
+		t.Fatalf("acquire failed: %v", err)
+	}
+	type ownerRow struct {
+		Key  string `db:"git_repository_url"`
+		ID   string `db:"id"`
+		Name string `db:"name"`
+	}
+	var rows []ownerRow
+	if err := db.SelectContext(ctx, &rows, `SELECT o.git_repository_url, o.id, u.name FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id`); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != urls {
+		t.Fatalf("%d locks, want %d", len(rows), urls)
+	}
+	owners := map[string]ownerRow{}
+	for _, r := range rows {
+		owners[r.Key] = r
+	}
+	n := 0
+	for r := range results {
+		n++
+		o := owners[r.key]
+		if r.user == o.Name {
+			if !r.acquired || r.lockID != o.ID {
+				t.Errorf("%s on %s: got %v %q, want its lock %q", r.user, r.key, r.acquired, r.lockID, o.ID)
+			}
+		} else if r.acquired || r.owner != o.Name {
+			t.Errorf("%s on %s: got acquired=%v owner=%q, want denied by %s", r.user, r.key, r.acquired, r.owner, o.Name)
+		}
+	}
+	if n != tenants*perTenant*urls {
+		t.Fatalf("%d results", n)
+	}
+	var acquiredEvents int
+	if err := db.GetContext(ctx, &acquiredEvents, `SELECT count(*) FROM repository_lock_events WHERE event = 'acquired'`); err != nil || acquiredEvents != urls {
+		t.Fatalf("acquired events = %d, %v; want %d", acquiredEvents, err, urls)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := newTenant(t, db, "alice")
+
+	t.Run("unreferenced", func(t *testing.T) {
+		const key = "github.com/rel/free"
+		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		released, err := locks.Release(ctx, db, id)
+		if err != nil || !released {
+			t.Fatalf("release: %v %v", released, err)
+		}
+		if n := lockCount(t, db, key); n != 0 {
+			t.Fatalf("%d locks left", n)
+		}
+		// Releasing again is not an error.
+		released, err = locks.Release(ctx, db, id)
+		if err != nil || released {
+			t.Fatalf("second release: %v %v", released, err)
+		}
+		want := []string{"acquired " + key + " by alice owner alice", "released " + key + " by alice owner alice"}
+		if got := events(t, db, key); !equal(got, want) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	})
+	t.Run("referenced by an application", func(t *testing.T) {
+		const key = "github.com/rel/app"
+		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appID := addApplicationRef(t, db, alice.ID, "app", key, id)
+		released, err := locks.Release(ctx, db, id)
+		if err != nil || released || lockCount(t, db, key) != 1 {
+			t.Fatalf("release of a referenced lock: %v %v", released, err)
+		}
+		if _, err := db.ExecContext(ctx, `DELETE FROM applications WHERE id = $1`, appID); err != nil {
+			t.Fatal(err)
+		}
+		released, err = locks.Release(ctx, db, id)
+		if err != nil || !released || lockCount(t, db, key) != 0 {
+			t.Fatalf("release after the last reference: %v %v", released, err)
+		}
+	})
+	t.Run("referenced by a credential", func(t *testing.T) {
+		const key = "github.com/rel/cred"
+		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, `
+			WITH c AS (INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url)
+			           VALUES ($1, 'cred', $2, $2) RETURNING id)
+			INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT id, $3 FROM c`,
+			alice.ID, key, id); err != nil {
+			t.Fatal(err)
+		}
+		released, err := locks.Release(ctx, db, id)
+		if err != nil || released || lockCount(t, db, key) != 1 {
+			t.Fatalf("release of a referenced lock: %v %v", released, err)
+		}
+	})
+	t.Run("invalid id", func(t *testing.T) {
+		released, err := locks.Release(ctx, db, "nope")
+		if repolock.ErrorCode(err) != repolock.EInvalid || released {
+			t.Fatalf("got %v %v", released, err)
+		}
+	})
+	t.Run("the foreign key refuses to delete a referenced lock", func(t *testing.T) {
+		const key = "github.com/rel/fk"
+		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addApplicationRef(t, db, alice.ID, "fk-app", key, id)
+		_, err = db.ExecContext(ctx, `DELETE FROM RepositoryLockOwner WHERE id = $1`, id)
+		if database.PQCode(err) != database.CodeForeignKeyViolation {
+			t.Fatalf("deleting a referenced lock: %v, want a foreign key violation", err)
+		}
+	})
+}
+
+// waitUntilBlocked waits until the backend pid is waiting for a lock. It
+// polls pg_stat_activity; there is no timing assumption beyond the test's
+// deadline. finished reports whether the blocked call has already returned,
+// which means it did not block: the test fails at once.
+func waitUntilBlocked(t *testing.T, db *database.DB, pid int, finished func() bool) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if finished() {
+			t.Fatalf("backend %d finished without blocking on a lock", pid)
+		}
+		var waiting bool
+		if err := db.GetContext(context.Background(), &waiting,
+			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		if i > 6000 {
+			t.Fatalf("backend %d never blocked on a lock", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func beginWithPID(t *testing.T, db *database.DB) (database.Tx, int) {
+	t.Helper()
+	tx, err := db.BeginTxx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	var pid int
+	if err := tx.GetContext(context.Background(), &pid, `SELECT pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
+}
+
+// The interleavings of Release against an acquire by the same tenant, forced
+// one by one with two transactions.
+func TestReleaseVersusAcquire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := newTenant(t, db, "alice")
+
+	// The acquirer found its lock and holds it while a release starts: the
+	// release waits, sees the new reference and keeps the lock.
+	t.Run("acquire first keeps the lock", func(t *testing.T) {
+		const key = "github.com/race/acquire-first"
+		lockID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acq, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer acq.Rollback()
+		got, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
+		if err != nil || !ok || got != lockID {
+			t.Fatalf("acquire: %q %v %v", got, ok, err)
+		}
+
+		rel, relPID := beginWithPID(t, db)
+		type res struct {
+			released bool
+			err      error
+		}
+		done := make(chan res, 1)
+		go func() {
+			r, err := locks.Release(ctx, rel, lockID)
+			done <- res{r, err}
+		}()
+		waitUntilBlocked(t, db, relPID, func() bool { return len(done) > 0 })
+		addApplicationRef(t, acq, alice.ID, "a1", key, lockID)
+		if err := acq.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.released {
+			t.Fatalf("release: %v %v, want false nil", r.released, r.err)
+		}
+		if err := rel.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if n := lockCount(t, db, key); n != 1 {
+			t.Fatalf("%d locks, want 1", n)
+		}
+	})
+
+	// The release deleted the lock and has not committed: the acquirer
+	// waits, then creates a fresh lock.
+	t.Run("release first makes the acquirer create a fresh lock", func(t *testing.T) {
+		const key = "github.com/race/release-first"
+		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rel.Rollback()
+		if released, err := locks.Release(ctx, rel, oldID); err != nil || !released {
+			t.Fatalf("release: %v %v", released, err)
+		}
+		acq, acqPID := beginWithPID(t, db)
+		type res struct {
+			id  string
+			ok  bool
+			err error
+		}
+		done := make(chan res, 1)
+		go func() {
+			id, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
+			done <- res{id, ok, err}
+		}()
+		waitUntilBlocked(t, db, acqPID, func() bool { return len(done) > 0 })
+		if err := rel.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || !r.ok || r.id == oldID || r.id == "" {
+			t.Fatalf("acquire after release: %q %v %v; want a fresh lock (old %s)", r.id, r.ok, r.err, oldID)
+		}
+		var appID string
+		if err := acq.QueryRowContext(ctx, `
+			WITH app AS (INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url) VALUES ($1, 'a2', $2, $2) RETURNING id),
+			ref AS (INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT id, $3 FROM app)
+			SELECT id FROM app`, alice.ID, key, r.id).Scan(&appID); err != nil {
+			t.Fatalf("reference to the fresh lock: %v", err)
+		}
+		if err := acq.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		var refLock string
+		if err := db.GetContext(ctx, &refLock, `SELECT lock_id FROM RepositoryLockApplication WHERE application_id = $1`, appID); err != nil || refLock != r.id {
+			t.Fatalf("reference points at %q (%v), want %q", refLock, err, r.id)
+		}
+	})
+
+	// The release rolled back: the acquirer gets the old lock.
+	t.Run("a rolled back release leaves the lock to the acquirer", func(t *testing.T) {
+		const key = "github.com/race/release-rollback"
+		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if released, err := locks.Release(ctx, rel, oldID); err != nil || !released {
+			t.Fatalf("release: %v %v", released, err)
+		}
+		acq, acqPID := beginWithPID(t, db)
+		type res struct {
+			id  string
+			ok  bool
+			err error
+		}
+		done := make(chan res, 1)
+		go func() {
+			id, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
+			done <- res{id, ok, err}
+		}()
+		waitUntilBlocked(t, db, acqPID, func() bool { return len(done) > 0 })
+		if err := rel.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || !r.ok || r.id != oldID {
+			t.Fatalf("acquire: %q %v %v, want the old lock %s", r.id, r.ok, r.err, oldID)
+		}
+	})
+
+	// Another tenant asking while the lock is being released waits for the
+	// outcome: after the commit it wins the URL.
+	t.Run("another tenant wins only after the release commits", func(t *testing.T) {
+		bob := newTenant(t, db, "bob")
+		const key = "github.com/race/handover"
+		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := db.BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rel.Rollback()
+		if released, err := locks.Release(ctx, rel, oldID); err != nil || !released {
+			t.Fatalf("release: %v %v", released, err)
+		}
+		acq, acqPID := beginWithPID(t, db)
+		type res struct {
+			id, owner string
+			ok        bool
+			err       error
+		}
+		done := make(chan res, 1)
+		go func() {
+			id, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, acq, bob.ID, key)
+			done <- res{id, owner, ok, err}
+		}()
+		waitUntilBlocked(t, db, acqPID, func() bool { return len(done) > 0 })
+		if err := rel.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || !r.ok || r.id == oldID {
+			t.Fatalf("bob after the release: %+v", r)
+		}
+		if err := acq.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"acquired " + key + " by alice owner alice",
+			"released " + key + " by alice owner alice",
+			"acquired " + key + " by bob owner bob",
+		}
+		if got := events(t, db, key); !equal(got, want) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	})
+}
+
+func TestGetAndList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := newTenant(t, db, "alice")
+	bob := newTenant(t, db, "bob")
+
+	var ids []string
+	for i := 0; i < 7; i++ {
+		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	bobLock, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, "github.com/list/bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addApplicationRef(t, db, alice.ID, "app0", "github.com/list/r0", ids[0])
+	addApplicationRef(t, db, alice.ID, "app0b", "github.com/list/r0", ids[0])
+
+	l, err := locks.Get(ctx, db, alice.ID, ids[0])
+	if err != nil || l.ID != ids[0] || l.NormalizedURL != "github.com/list/r0" || l.Applications != 2 || l.RepositoryCredentials != 0 || l.OwnerID != alice.ID {
+		t.Fatalf("get: %+v %v", l, err)
+	}
+	for _, id := range []string{bobLock, "not-a-uuid", "00000000-0000-0000-0000-000000000000"} {
+		if _, err := locks.Get(ctx, db, alice.ID, id); repolock.ErrorCode(err) != repolock.ENotFound {
+			t.Fatalf("get %s as alice: %v, want not_found", id, err)
+		}
+	}
+
+	for _, size := range []int{1, 3, 7, 50} {
+		var got []string
+		token := ""
+		pages := 0
+		for {
+			page, next, err := locks.List(ctx, db, alice.ID, size, token)
+			if err != nil {
+				t.Fatalf("size %d: %v", size, err)
+			}
+			pages++
+			for _, l := range page {
+				got = append(got, l.ID)
+			}
+			if next == "" {
+				break
+			}
+			token = next
+		}
+		if !equal(got, ids) {
+			t.Fatalf("size %d: listed %v, want %v", size, got, ids)
+		}
+		if want := (len(ids) + size - 1) / size; pages != want {
+			t.Fatalf("size %d: %d pages", size, pages)
+		}
+	}
+	bobs, _, err := locks.List(ctx, db, bob.ID, 50, "")
+	if err != nil || len(bobs) != 1 || bobs[0].ID != bobLock {
+		t.Fatalf("bob's list: %+v %v", bobs, err)
+	}
+
+	_, appToken, err := locks.List(ctx, db, alice.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKind := locks.EncodePageToken(locks.KindApplications, locks.Cursor{CreatedAt: time.Now(), ID: ids[0]})
+	for _, tok := range []string{"x", "!!!", "e30", appToken[:len(appToken)-2], otherKind} {
+		_, _, err := locks.List(ctx, db, alice.ID, 10, tok)
+		if repolock.ErrorCode(err) != repolock.EInvalid {
+			t.Errorf("token %q: %v, want invalid_argument", tok, err)
+		}
+	}
+}
+
+func TestOwnerOf(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := newTenant(t, db, "alice")
+	id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := locks.OwnerOf(ctx, db, "github.com/o/r")
+	if err != nil || o.LockID != id || o.UserName != "alice" || o.UserID != alice.ID || o.NormalizedURL != "github.com/o/r" {
+		t.Fatalf("owner: %+v %v", o, err)
+	}
+	if _, err := locks.OwnerOf(ctx, db, "github.com/o/free"); repolock.ErrorCode(err) != repolock.ENotFound {
+		t.Fatalf("free URL: %v", err)
+	}
+	if _, err := locks.OwnerOf(ctx, db, "https://github.com/o/r"); !errors.Is(err, &repolock.Error{Code: repolock.EInvalid}) {
+		t.Fatalf("non-normalized key: %v", err)
+	}
+}
+
+func TestClaimedError(t *testing.T) {
+	t.Parallel()
+	err := locks.ClaimedError("bob")
+	if repolock.ErrorCode(err) != repolock.ERepositoryClaimed ||
+		repolock.ErrorMessage(err) != "a repository URL is already claimed by another user: bob" ||
+		repolock.ErrorDetails(err)["owner"] != "bob" {
+		t.Fatalf("%v %v", err, repolock.ErrorDetails(err))
+	}
+}
