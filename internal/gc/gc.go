@@ -1,0 +1,448 @@
+// Package gc is the global garbage collection of ownership locks (design
+// 002, "Global garbage collection"): it removes every RepositoryLockOwner
+// that no Application and no Repository Credential references, in batches,
+// without ever removing one that a concurrent request is about to reference.
+// It also runs the repository Cleaner (internal/repostate) when one is wired,
+// records every run in gc_runs, schedules runs for the server, and serves the
+// SQL reporting views.
+//
+// # Safety
+//
+// A lock is collected only when it is older than a minimum age (default 1
+// minute) and, at the time it is deleted, no reference row points at it.
+// Each batch runs in its own READ COMMITTED transaction:
+//
+//  1. SELECT ... FOR UPDATE SKIP LOCKED picks up to BatchSize unreferenced
+//     locks past a keyset cursor. A request that is creating a reference holds
+//     a row lock on the lock row (the foreign key check takes FOR KEY SHARE,
+//     and acquiring an existing lock with INSERT ... ON CONFLICT DO UPDATE
+//     takes FOR UPDATE), so such rows are skipped: never waited on, never
+//     failed.
+//  2. DELETE ... WHERE id = ANY(batch) AND NOT EXISTS (...) AND NOT EXISTS
+//     (...) runs with a fresh snapshot, after GC holds the row locks: it sees
+//     every reference committed before the locks were taken, and no new
+//     reference can be written while GC holds them (the foreign key check of
+//     the writer waits, then fails over to a new lock).
+//  3. The foreign keys (NO ACTION) stay the final guard: if the DELETE still
+//     violates one, the batch is rolled back and retried lock by lock, and
+//     only the locks that are really referenced are kept.
+//
+// Every collected lock gets a "collected" row in repository_lock_events in
+// the same transaction that deletes it.
+//
+// # One run at a time
+//
+// A run first takes the "gc" lease in gc_leases (River-style leader
+// election: INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at < now()),
+// renews it while it works and deletes it when done. A run that cannot take
+// the lease is skipped ("another collection is running"); that is not an
+// error. A holder that dies loses the lease when it expires (LeaseTTL).
+package gc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+)
+
+// Trigger says what started a run.
+type Trigger string
+
+// Triggers.
+const (
+	TriggerCLI      Trigger = "cli"      // api gc, api clean
+	TriggerSchedule Trigger = "schedule" // the serve loop
+	TriggerAPI      Trigger = "api"      // POST /v1/admin/gc
+)
+
+// Kind says what a run does.
+type Kind string
+
+// Kinds.
+const (
+	KindGC    Kind = "gc"    // lock GC, then the repository Cleaner when wired
+	KindClean Kind = "clean" // the repository Cleaner alone
+)
+
+// Status is the outcome of a run.
+type Status string
+
+// Statuses. Skipped runs are reported to the caller but never recorded.
+const (
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	// StatusAbandoned marks a recorded run whose process stopped without
+	// finishing it (found by the next run to take the lease).
+	StatusAbandoned Status = "abandoned"
+	StatusSkipped   Status = "skipped"
+)
+
+// Reasons a run is skipped.
+const (
+	ReasonAnotherRunning = "another collection is running"
+	ReasonRanRecently    = "a collection succeeded recently"
+)
+
+// Defaults and limits.
+const (
+	DefaultBatchSize = 1000
+	MaxBatchSize     = 100000
+	DefaultMinAge    = time.Minute
+	DefaultLeaseTTL  = time.Minute
+	// DryRunSampleLimit caps the candidates a dry run lists.
+	DryRunSampleLimit = 100
+	// LeaseName is the gc_leases row every run takes.
+	LeaseName = "gc"
+)
+
+// Options are the parameters of one run. Start from DefaultOptions: the zero
+// value is rejected (BatchSize 0) rather than silently running with a
+// minimum age of 0.
+type Options struct {
+	Trigger Trigger
+	// DryRun reports what would be collected and deletes nothing. The
+	// repository Cleaner does not run in a dry run.
+	DryRun bool
+	// BatchSize is the number of locks examined and deleted per
+	// transaction (1..MaxBatchSize).
+	BatchSize int
+	// MinAge protects young locks: only locks created more than MinAge ago
+	// are collected (>= 0).
+	MinAge time.Duration
+	// SkipIfRanWithin, when positive, skips the run when a collection (not a
+	// dry run) succeeded that started within this window. The serve loop
+	// sets it so that replicas share one collection per interval.
+	SkipIfRanWithin time.Duration
+}
+
+// DefaultOptions returns the options of a default run started by t.
+func DefaultOptions(t Trigger) Options {
+	return Options{Trigger: t, BatchSize: DefaultBatchSize, MinAge: DefaultMinAge}
+}
+
+func (o Options) validate() error {
+	switch o.Trigger {
+	case TriggerCLI, TriggerSchedule, TriggerAPI:
+	default:
+		return repolock.Errorf(repolock.EInvalid, "trigger must be cli, schedule or api, got %q", o.Trigger)
+	}
+	if o.BatchSize < 1 || o.BatchSize > MaxBatchSize {
+		return repolock.Errorf(repolock.EInvalid, "batch size must be from 1 to %d, got %d", MaxBatchSize, o.BatchSize)
+	}
+	if o.MinAge < 0 {
+		return repolock.Errorf(repolock.EInvalid, "min age must not be negative, got %s", o.MinAge)
+	}
+	if o.SkipIfRanWithin < 0 {
+		return repolock.Errorf(repolock.EInvalid, "skip-if-ran-within must not be negative, got %s", o.SkipIfRanWithin)
+	}
+	return nil
+}
+
+// CleanerResult is what the repository Cleaner reports. Its fields match
+// repostate.CleanerResult one for one, so a repostate result converts with
+// gc.CleanerResult(r).
+type CleanerResult struct {
+	Scanned      int   `json:"scanned"`
+	Cleaned      int   `json:"cleaned"`
+	Failed       int   `json:"failed"`
+	StaleInitial int   `json:"stale_initial"`
+	RowsDeleted  int64 `json:"rows_deleted"`
+}
+
+// Cleaner is an optional step of a run: the cleaning of deleted repository
+// instances (repostate.Cleaner, adapted with CleanerFunc).
+type Cleaner interface {
+	Run(ctx context.Context) (CleanerResult, error)
+}
+
+// CleanerFunc adapts a function to Cleaner.
+type CleanerFunc func(ctx context.Context) (CleanerResult, error)
+
+// Run calls f.
+func (f CleanerFunc) Run(ctx context.Context) (CleanerResult, error) { return f(ctx) }
+
+// Candidate is a lock a dry run would collect.
+type Candidate struct {
+	LockID           string    `json:"lock_id" db:"id"`
+	GitRepositoryURL string    `json:"git_repository_url" db:"git_repository_url"`
+	OwnerID          string    `json:"owner_id" db:"cluster_user_id"`
+	OwnerName        string    `json:"owner_name" db:"owner_name"`
+	CreatedAt        time.Time `json:"created_at" db:"created_at"`
+}
+
+// Run is one run: what Collect and Clean return, and a row of gc_runs.
+type Run struct {
+	// ID is empty for a skipped run, which is not recorded.
+	ID      string  `json:"id,omitempty"`
+	Kind    Kind    `json:"kind"`
+	Trigger Trigger `json:"trigger"`
+	Holder  string  `json:"holder,omitempty"`
+	Status  Status  `json:"status"`
+	// Reason says why a run was skipped.
+	Reason        string  `json:"reason,omitempty"`
+	DryRun        bool    `json:"dry_run"`
+	MinAgeSeconds float64 `json:"min_age_seconds"`
+	BatchSize     int     `json:"batch_size"`
+	// Scanned counts the unreferenced locks older than the minimum age that
+	// the batches examined; in a dry run, what would be collected.
+	Scanned int64 `json:"scanned"`
+	// Deleted counts the locks collected (0 in a dry run).
+	Deleted int64 `json:"deleted"`
+	Batches int   `json:"batches"`
+	// WouldCollect lists the first DryRunSampleLimit candidates of a dry run.
+	WouldCollect []Candidate `json:"would_collect,omitempty"`
+	// Cleaner holds the repository Cleaner's figures when it ran.
+	Cleaner         *CleanerResult `json:"cleaner,omitempty"`
+	StartedAt       time.Time      `json:"started_at,omitzero"`
+	FinishedAt      *time.Time     `json:"finished_at,omitempty"`
+	DurationSeconds float64        `json:"duration_seconds"`
+	Error           string         `json:"error,omitempty"`
+}
+
+// Config configures a Collector. Zero values select the defaults.
+type Config struct {
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Cleaner, when set, runs after the lock GC of every run that is not a
+	// dry run, and alone in Clean.
+	Cleaner Cleaner
+	// LeaseTTL is how long the lease outlives a holder that stopped
+	// renewing it (default 1 minute); it is renewed every LeaseTTL/3.
+	LeaseTTL time.Duration
+	// Holder names this process in gc_leases and gc_runs (default
+	// host:pid:random).
+	Holder string
+}
+
+// Collector runs collections. It is safe for concurrent use; concurrent runs
+// (in this process or any other) are serialized by the lease: all but one
+// are skipped.
+type Collector struct {
+	db       *database.DB
+	logger   *slog.Logger
+	metrics  *Metrics
+	cleaner  Cleaner
+	leaseTTL time.Duration
+	holder   string
+}
+
+// New returns a Collector on db.
+func New(db *database.DB, cfg Config) *Collector {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Holder == "" {
+		cfg.Holder = defaultHolder()
+	}
+	return &Collector{
+		db:       db,
+		logger:   cfg.Logger,
+		metrics:  cfg.Metrics,
+		cleaner:  cfg.Cleaner,
+		leaseTTL: cfg.LeaseTTL,
+		holder:   cfg.Holder,
+	}
+}
+
+// Holder returns the name this Collector holds the lease under.
+func (c *Collector) Holder() string { return c.holder }
+
+// HasCleaner reports whether a repository Cleaner is wired.
+func (c *Collector) HasCleaner() bool { return c.cleaner != nil }
+
+func defaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	if len(host) > 150 {
+		host = host[:150]
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Collect runs one collection: the lock GC, then the repository Cleaner when
+// one is wired and this is not a dry run. When another run holds the lease
+// (or, with SkipIfRanWithin, one succeeded recently) it returns a Run with
+// status skipped and a nil error. On failure it returns the recorded Run
+// (status failed) and the error; locks collected by the batches that
+// committed before the failure stay collected.
+func (c *Collector) Collect(ctx context.Context, opts Options) (Run, error) {
+	if err := opts.validate(); err != nil {
+		return Run{}, err
+	}
+	return c.run(ctx, KindGC, opts)
+}
+
+// Clean runs the repository Cleaner alone, under the same lease and recorded
+// the same way (kind clean).
+func (c *Collector) Clean(ctx context.Context, trigger Trigger) (Run, error) {
+	if c.cleaner == nil {
+		return Run{}, repolock.Errorf(repolock.EPrecondition, "no repository cleaner is configured")
+	}
+	opts := DefaultOptions(trigger)
+	if err := opts.validate(); err != nil {
+		return Run{}, err
+	}
+	return c.run(ctx, KindClean, opts)
+}
+
+// errLeaseLost cancels a run whose lease was taken over.
+var errLeaseLost = errors.New("lost the gc lease to another process")
+
+func (c *Collector) run(ctx context.Context, kind Kind, opts Options) (Run, error) {
+	r := Run{
+		Kind:          kind,
+		Trigger:       opts.Trigger,
+		Holder:        c.holder,
+		DryRun:        opts.DryRun,
+		MinAgeSeconds: opts.MinAge.Seconds(),
+		BatchSize:     opts.BatchSize,
+	}
+	log := c.logger.With("kind", kind, "trigger", opts.Trigger, "dry_run", opts.DryRun)
+
+	lease, ok, err := acquireLease(ctx, c.db, LeaseName, c.holder, c.leaseTTL)
+	if err != nil {
+		return c.failEarly(r, fmt.Errorf("gc: take the lease: %w", err))
+	}
+	if !ok {
+		return c.skip(log, r, ReasonAnotherRunning), nil
+	}
+	defer lease.release(c.logger)
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopRenewing := lease.keepRenewed(runCtx, c.logger, func() { cancel(errLeaseLost) })
+	defer stopRenewing()
+
+	if opts.SkipIfRanWithin > 0 {
+		recent, err := succeededWithin(runCtx, c.db, kind, opts.SkipIfRanWithin)
+		if err != nil {
+			return c.failEarly(r, fmt.Errorf("gc: check recent runs: %w", runErr(runCtx, err)))
+		}
+		if recent {
+			return c.skip(log, r, ReasonRanRecently), nil
+		}
+	}
+	if n, err := abandonRuns(runCtx, c.db); err != nil {
+		return c.failEarly(r, fmt.Errorf("gc: mark abandoned runs: %w", runErr(runCtx, err)))
+	} else if n > 0 {
+		log.Warn("gc: marked runs of stopped processes as abandoned", "runs", n)
+	}
+	if err := insertRun(runCtx, c.db, &r); err != nil {
+		return c.failEarly(r, fmt.Errorf("gc: record the run: %w", runErr(runCtx, err)))
+	}
+	log = log.With("run_id", r.ID)
+	log.Info("gc: run started", "min_age", opts.MinAge.String(), "batch_size", opts.BatchSize)
+
+	err = c.steps(runCtx, kind, opts, &r, log)
+	err = runErr(runCtx, err)
+	r.Status = StatusSucceeded
+	if err != nil {
+		r.Status = StatusFailed
+		r.Error = truncate(err.Error(), 2000)
+	}
+	// Record the outcome even when ctx is done (timeout, shutdown).
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer fcancel()
+	if ferr := finishRun(fctx, c.db, &r); ferr != nil {
+		log.Error("gc: record the outcome of the run", "error", ferr.Error())
+		err = errors.Join(err, fmt.Errorf("gc: record the outcome: %w", ferr))
+	}
+	c.metrics.observeRun(r, r.DurationSeconds)
+
+	attrs := []any{"status", r.Status, "scanned", r.Scanned, "deleted", r.Deleted, "batches", r.Batches, "duration_seconds", r.DurationSeconds}
+	if r.Cleaner != nil {
+		attrs = append(attrs, "cleaner_cleaned", r.Cleaner.Cleaned, "cleaner_failed", r.Cleaner.Failed)
+	}
+	if err != nil {
+		log.Error("gc: run failed", append(attrs, "error", err.Error())...)
+		return r, mapRunError(err)
+	}
+	log.Info("gc: run finished", attrs...)
+	return r, nil
+}
+
+// failEarly reports a run that failed before it was recorded.
+func (c *Collector) failEarly(r Run, err error) (Run, error) {
+	r.Status = StatusFailed
+	r.Error = truncate(err.Error(), 2000)
+	c.logger.Error("gc: run failed before it started", "kind", r.Kind, "trigger", r.Trigger, "error", r.Error)
+	c.metrics.observeRun(r, 0)
+	return r, mapRunError(err)
+}
+
+func (c *Collector) skip(log *slog.Logger, r Run, reason string) Run {
+	r.Status = StatusSkipped
+	r.Reason = reason
+	r.Holder = ""
+	log.Info("gc: run skipped", "reason", reason)
+	c.metrics.observeRun(r, 0)
+	return r
+}
+
+// steps runs what a run of the given kind does.
+func (c *Collector) steps(ctx context.Context, kind Kind, opts Options, r *Run, log *slog.Logger) error {
+	if kind == KindGC {
+		var err error
+		if opts.DryRun {
+			err = c.dryRun(ctx, opts, r)
+		} else {
+			err = c.collect(ctx, opts, r, log)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if c.cleaner == nil || opts.DryRun {
+		return nil
+	}
+	res, err := c.cleaner.Run(ctx)
+	r.Cleaner = &res
+	if err != nil {
+		return fmt.Errorf("repository cleaner: %w", err)
+	}
+	c.metrics.observeCleaner(res)
+	return nil
+}
+
+// runErr replaces the error of a run that was cancelled because its lease
+// was lost with that reason.
+func runErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errLeaseLost) {
+		return cause
+	}
+	return err
+}
+
+// mapRunError turns a run's error into the domain vocabulary.
+func mapRunError(err error) error {
+	if errors.Is(err, errLeaseLost) {
+		return repolock.Wrap(repolock.EConflict, err, "the collection stopped: another process took over the gc lease")
+	}
+	return database.MapError(err)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
