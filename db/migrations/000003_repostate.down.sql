@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS kv;
+DROP SEQUENCE IF EXISTS kv_version_seq;

@@ -1,0 +1,221 @@
+package repostate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/repostate/kv"
+)
+
+// CleanerConfig configures a Cleaner. Zero values select the defaults.
+type CleanerConfig struct {
+	// InitialTimeout: initial records older than this are declared failed
+	// (default 2 minutes).
+	InitialTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// BatchSize is the number of rows each partition-delete statement
+	// removes (default 1000).
+	BatchSize int
+}
+
+// CleanerResult counts what one Run did.
+type CleanerResult struct {
+	// Scanned: entries of the deleted-repositories partition examined.
+	Scanned int `json:"scanned"`
+	// Cleaned: entries whose partitions were all deleted, and the entry
+	// with them.
+	Cleaned int `json:"cleaned"`
+	// Failed: entries (or records) that could not be processed; they are
+	// retried on the next run.
+	Failed int `json:"failed"`
+	// StaleInitial: repositories left in the initial state longer than
+	// the initial timeout, declared failed (and then cleaned) by this run.
+	StaleInitial int `json:"stale_initial"`
+	// CompletedDeletes: records found in the deleting state (a delete that
+	// stopped part way) whose deletion this run completed.
+	CompletedDeletes int `json:"completed_deletes"`
+	// RowsDeleted: rows of instance and staging partitions deleted.
+	RowsDeleted int64 `json:"rows_deleted"`
+}
+
+// Cleaner removes what deleted and failed repository instances leave in the
+// KV store. Each Run:
+//
+//  1. scans every tenant's repository records, declares initial records
+//     older than the initial timeout failed and completes deletes that
+//     stopped in the deleting state (both through the same conditional
+//     delete flow as Service.Delete, so a newer instance is never touched);
+//  2. scans the deleted-repositories partition and, for each entry, deletes
+//     every staging partition the instance's branches name, then the
+//     instance partition, then the entry. A failure skips to the next entry;
+//     the entry stays and is retried on the next run.
+//
+// Runs are idempotent and safe to run concurrently (from several replicas):
+// every step is a conditional write or a delete of data nobody can reach.
+type Cleaner struct {
+	svc   *Service
+	store kv.Store
+	log   *slog.Logger
+	batch int
+}
+
+// NewCleaner returns a Cleaner on db's kv table.
+func NewCleaner(db *database.DB, cfg CleanerConfig) *Cleaner {
+	return NewStoreCleaner(kv.NewPostgres(db), cfg)
+}
+
+// NewStoreCleaner returns a Cleaner on any kv.Store.
+func NewStoreCleaner(store kv.Store, cfg CleanerConfig) *Cleaner {
+	svc := New(store, Config{InitialTimeout: cfg.InitialTimeout, Now: cfg.Now, Logger: cfg.Logger, DeleteBatch: cfg.BatchSize})
+	return &Cleaner{svc: svc, store: store, log: svc.log, batch: svc.cfg.DeleteBatch}
+}
+
+// scanPage is the page size of the Cleaner's scans.
+const scanPage = 100
+
+// Run runs one pass. It returns an error only when it cannot scan (the
+// store is unreachable, ctx is done); failures of single entries are
+// counted in Failed and logged.
+func (c *Cleaner) Run(ctx context.Context) (CleanerResult, error) {
+	var res CleanerResult
+	start := time.Now()
+	if err := c.sweepRecords(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := c.sweepDeleted(ctx, &res); err != nil {
+		return res, err
+	}
+	c.log.InfoContext(ctx, "repostate: cleaner run finished",
+		"scanned", res.Scanned, "cleaned", res.Cleaned, "failed", res.Failed,
+		"stale_initial", res.StaleInitial, "completed_deletes", res.CompletedDeletes,
+		"rows_deleted", res.RowsDeleted, "duration_ms", time.Since(start).Milliseconds())
+	return res, nil
+}
+
+func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) error {
+	for t, err := range c.store.Scan(ctx, []byte(tenantsPartition), nil, scanPage) {
+		if err != nil {
+			return storeErr(err)
+		}
+		tenantID := string(t.Key)
+		for e, err := range c.store.Scan(ctx, reposPartition(tenantID), []byte(repoPrefix), scanPage) {
+			if err != nil {
+				return storeErr(err)
+			}
+			if !bytes.HasPrefix(e.Key, []byte(repoPrefix)) {
+				break
+			}
+			var rec Repository
+			if err := decode(e.Value, &rec, "repository record"); err != nil {
+				res.Failed++
+				c.log.ErrorContext(ctx, "repostate: cleaner: undecodable repository record", "tenant_id", tenantID, "key", string(e.Key), "error", err.Error())
+				continue
+			}
+			var counter *int
+			reason := reasonDeleted
+			switch {
+			case c.svc.stale(rec):
+				counter, reason = &res.StaleInitial, reasonFailed
+			case rec.State == StateDeleting:
+				counter = &res.CompletedDeletes
+			default:
+				continue
+			}
+			err := c.svc.deleteInstance(ctx, tenantID, rec, e.Predicate, reason)
+			switch {
+			case err == nil:
+				*counter++
+			case repolock.IsCode(err, repolock.ENotFound):
+				// Someone else finished it, or it was replaced.
+			case ctx.Err() != nil:
+				return ctx.Err()
+			default:
+				res.Failed++
+				c.log.WarnContext(ctx, "repostate: cleaner: could not retire a repository record",
+					"tenant_id", tenantID, "repository", rec.Name, "instance_uid", rec.InstanceUID, "state", rec.State, "error", err.Error())
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Cleaner) sweepDeleted(ctx context.Context, res *CleanerResult) error {
+	for e, err := range c.store.Scan(ctx, []byte(deletedPartition), nil, scanPage) {
+		if err != nil {
+			return storeErr(err)
+		}
+		res.Scanned++
+		var entry deletedEntry
+		if err := decode(e.Value, &entry, "deleted-repositories entry"); err != nil {
+			res.Failed++
+			c.log.ErrorContext(ctx, "repostate: cleaner: undecodable entry", "key", string(e.Key), "error", err.Error())
+			continue
+		}
+		n, err := c.clean(ctx, e.Key, entry)
+		res.RowsDeleted += n
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			res.Failed++
+			c.log.WarnContext(ctx, "repostate: cleaner: entry not cleaned; will retry next run",
+				"key", string(e.Key), "tenant_id", entry.TenantID, "repository", entry.Name, "instance_uid", entry.InstanceUID, "error", err.Error())
+			continue
+		}
+		res.Cleaned++
+		c.log.DebugContext(ctx, "repostate: cleaner: cleaned", "key", string(e.Key), "rows", n, "reason", entry.Reason)
+	}
+	return nil
+}
+
+// clean deletes the partitions an entry names, then the entry.
+func (c *Cleaner) clean(ctx context.Context, key []byte, entry deletedEntry) (int64, error) {
+	var partitions [][]byte
+	switch entry.Kind {
+	case kindStaging:
+		for _, p := range entry.Partitions {
+			partitions = append(partitions, []byte(p))
+		}
+	case kindInstance, "":
+		pk := instancePartition(entry.TenantID, entry.Name, entry.InstanceUID)
+		// Staging partitions first: they are found through the
+		// branches, which die with the instance partition.
+		for b, err := range c.store.Scan(ctx, pk, []byte(branchPrefix), scanPage) {
+			if err != nil {
+				return 0, err
+			}
+			if !bytes.HasPrefix(b.Key, []byte(branchPrefix)) {
+				break
+			}
+			var br Branch
+			if err := decode(b.Value, &br, "branch"); err != nil {
+				return 0, err
+			}
+			for _, t := range append([]string{br.StagingToken}, br.SealedTokens...) {
+				if t != "" {
+					partitions = append(partitions, []byte(t))
+				}
+			}
+		}
+		partitions = append(partitions, pk)
+	default:
+		return 0, errors.New("unknown entry kind " + entry.Kind)
+	}
+	var total int64
+	for _, pk := range partitions {
+		n, err := c.store.DeletePartition(ctx, pk, c.batch)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, c.store.Delete(ctx, []byte(deletedPartition), key)
+}
