@@ -39,12 +39,14 @@ type CleanerResult struct {
 	// StaleInitial: repositories left in the initial state longer than
 	// the initial timeout, declared failed (and then cleaned) by this run.
 	StaleInitial int `json:"stale_initial"`
-	// CompletedDeletes: records found in the deleting state (a delete that
-	// stopped part way) whose deletion this run completed.
-	CompletedDeletes int `json:"completed_deletes"`
 	// RowsDeleted: rows of instance and staging partitions deleted.
 	RowsDeleted int64 `json:"rows_deleted"`
 }
+
+// The fields above are exactly those internal/gc converts with
+// gc.CleanerResult(r); add fields to both or to neither. Deletes that
+// stopped in the deleting state and were completed by a run are logged
+// ("completed_deletes") and their instances counted in Scanned/Cleaned.
 
 // Cleaner removes what deleted and failed repository instances leave in the
 // KV store. Each Run:
@@ -87,7 +89,8 @@ const scanPage = 100
 func (c *Cleaner) Run(ctx context.Context) (CleanerResult, error) {
 	var res CleanerResult
 	start := time.Now()
-	if err := c.sweepRecords(ctx, &res); err != nil {
+	completed, err := c.sweepRecords(ctx, &res)
+	if err != nil {
 		return res, err
 	}
 	if err := c.sweepDeleted(ctx, &res); err != nil {
@@ -95,20 +98,22 @@ func (c *Cleaner) Run(ctx context.Context) (CleanerResult, error) {
 	}
 	c.log.InfoContext(ctx, "repostate: cleaner run finished",
 		"scanned", res.Scanned, "cleaned", res.Cleaned, "failed", res.Failed,
-		"stale_initial", res.StaleInitial, "completed_deletes", res.CompletedDeletes,
+		"stale_initial", res.StaleInitial, "completed_deletes", completed,
 		"rows_deleted", res.RowsDeleted, "duration_ms", time.Since(start).Milliseconds())
 	return res, nil
 }
 
-func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) error {
+// sweepRecords retires stale initial records and completes stopped
+// deletes; it returns how many deletes it completed.
+func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) (completed int, err error) {
 	for t, err := range c.store.Scan(ctx, []byte(tenantsPartition), nil, scanPage) {
 		if err != nil {
-			return storeErr(err)
+			return completed, storeErr(err)
 		}
 		tenantID := string(t.Key)
 		for e, err := range c.store.Scan(ctx, reposPartition(tenantID), []byte(repoPrefix), scanPage) {
 			if err != nil {
-				return storeErr(err)
+				return completed, storeErr(err)
 			}
 			if !bytes.HasPrefix(e.Key, []byte(repoPrefix)) {
 				break
@@ -125,7 +130,7 @@ func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) error {
 			case c.svc.stale(rec):
 				counter, reason = &res.StaleInitial, reasonFailed
 			case rec.State == StateDeleting:
-				counter = &res.CompletedDeletes
+				counter = &completed
 			default:
 				continue
 			}
@@ -136,7 +141,7 @@ func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) error {
 			case repolock.IsCode(err, repolock.ENotFound):
 				// Someone else finished it, or it was replaced.
 			case ctx.Err() != nil:
-				return ctx.Err()
+				return completed, ctx.Err()
 			default:
 				res.Failed++
 				c.log.WarnContext(ctx, "repostate: cleaner: could not retire a repository record",
@@ -144,7 +149,7 @@ func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) error {
 			}
 		}
 	}
-	return nil
+	return completed, nil
 }
 
 func (c *Cleaner) sweepDeleted(ctx context.Context, res *CleanerResult) error {
