@@ -1,0 +1,224 @@
+package gc_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/gc"
+)
+
+func TestListRunsPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	// Five runs a minute apart; two share a start time (the id breaks the tie).
+	for i, start := range []string{"5 minutes", "4 minutes", "3 minutes", "3 minutes", "1 minute"} {
+		mustExec(t, db, `INSERT INTO gc_runs (kind, trigger, holder, min_age, batch_size, status, started_at, finished_at, scanned, deleted, batches)
+			VALUES ('gc', 'cli', $1, interval '1 minute', 1000, 'succeeded',
+			        date_trunc('second', now()) - $2::interval, date_trunc('second', now()) - $2::interval + interval '2 seconds', $3, $3, 1)`,
+			fmt.Sprintf("h%d", i), start, i)
+	}
+	var want []string
+	if err := db.SelectContext(ctx, &want, `SELECT holder FROM gc_runs ORDER BY started_at DESC, id DESC`); err != nil {
+		t.Fatal(err)
+	}
+
+	var got []string
+	token := ""
+	pages := 0
+	for {
+		runs, next, err := gc.ListRuns(ctx, db, 2, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, r := range runs {
+			got = append(got, r.Holder)
+			if r.DurationSeconds != 2 || r.FinishedAt == nil || r.Status != gc.StatusSucceeded {
+				t.Fatalf("run %+v", r)
+			}
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if pages != 3 || !equalStrings(got, want) {
+		t.Fatalf("pages %d, holders %v; want 3 pages of %v", pages, got, want)
+	}
+	if _, _, err := gc.ListRuns(ctx, db, 2, "not-a-token"); repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("bad token: err = %v, want invalid_argument", err)
+	}
+	if _, err := gc.GetRun(ctx, db, "nope"); repolock.ErrorCode(err) != repolock.ENotFound {
+		t.Fatalf("GetRun(bad id): err = %v, want not_found", err)
+	}
+	if _, err := gc.GetRun(ctx, db, "00000000-0000-0000-0000-000000000001"); repolock.ErrorCode(err) != repolock.ENotFound {
+		t.Fatalf("GetRun(missing): err = %v, want not_found", err)
+	}
+}
+
+func TestRunLoopCollectsUntilCancelled(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	tenant := createTenant(t, db, "t")
+	for i := range 5 {
+		createLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
+	}
+	c := newCollector(db, gc.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.RunLoop(ctx, gc.LoopConfig{Interval: 20 * time.Millisecond, Options: opts(2, time.Minute)})
+	}()
+	// Wait for three scheduled runs; then orphans made meanwhile are
+	// collected by the next ones.
+	waitRuns := func(n int) {
+		t.Helper()
+		for i := 0; countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`) < n; i++ {
+			if i > 3000 {
+				t.Fatalf("fewer than %d scheduled runs", n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitRuns(3)
+	if n := len(lockURLs(t, db)); n != 0 {
+		t.Fatalf("%d locks left after three scheduled runs", n)
+	}
+	createLock(t, db, tenant, "git.example.com/t/later", time.Hour)
+	before := countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`)
+	waitRuns(before + 2)
+	if n := len(lockURLs(t, db)); n != 0 {
+		t.Fatalf("the later orphan was not collected")
+	}
+	cancel()
+	<-done // RunLoop returns when its context ends
+	if n := countRows(t, db, `SELECT count(*) FROM gc_runs WHERE status = 'running'`); n != 0 {
+		t.Fatalf("%d runs left running after the loop stopped", n)
+	}
+	if n := countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger <> 'schedule'`); n != 0 {
+		t.Fatalf("loop runs not marked as scheduled")
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	seedScenario(t, db)
+	reg := prometheus.NewRegistry()
+	m := gc.NewMetrics(reg)
+	if again := gc.NewMetrics(reg); again == nil {
+		t.Fatal("registering twice on one registry must reuse the metrics")
+	}
+	c := newCollector(db, gc.Config{Metrics: m})
+
+	dry := opts(1000, time.Minute)
+	dry.DryRun = true
+	if _, err := c.Collect(ctx, dry); err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Collect(ctx, opts(1000, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second collector registered on the same registry shares the series.
+	release := blockRuns(t, db)
+	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: gc.NewMetrics(reg)})
+	done := make(chan error, 1)
+	go func() { _, err := holder.Collect(ctx, opts(1000, time.Minute)); done <- err }()
+	waitForLease(t, db, "holder")
+	if r, err := c.Collect(ctx, opts(1000, time.Minute)); err != nil || r.Status != gc.StatusSkipped {
+		t.Fatalf("concurrent run = %+v, %v", r, err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	got := gatherValues(t, reg)
+	want := map[string]float64{
+		"repolock_gc_collected_locks_total":                                    3,
+		`repolock_gc_runs_total{dry_run="false",kind="gc",result="skipped"}`:   1,
+		`repolock_gc_runs_total{dry_run="false",kind="gc",result="succeeded"}`: 2,
+		`repolock_gc_runs_total{dry_run="true",kind="gc",result="succeeded"}`:  1,
+		`repolock_gc_run_duration_seconds_count{kind="gc",result="succeeded"}`: 3,
+		`repolock_gc_last_success_timestamp_seconds{kind="gc"}`:                0, // checked below
+		"repolock_gc_cleaned_repositories_total":                               0,
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Fatalf("metric %s missing; have %v", k, got)
+		}
+		if k != `repolock_gc_last_success_timestamp_seconds{kind="gc"}` && g != w {
+			t.Fatalf("%s = %v, want %v", k, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("metrics = %v, want exactly the keys of %v", got, want)
+	}
+	// The last success is the finish time of the latest run that is not a
+	// dry run.
+	last, err := gc.GetRun(ctx, db, mustLatestRun(t, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.FinishedAt.Before(*run.FinishedAt) {
+		t.Fatalf("latest run is older than the first")
+	}
+	if g, w := got[`repolock_gc_last_success_timestamp_seconds{kind="gc"}`], float64(last.FinishedAt.UnixNano())/1e9; g != w {
+		t.Fatalf("last success = %v, want %v", g, w)
+	}
+}
+
+// gatherValues flattens a registry into "name{label=value,...}" -> value
+// (counters, gauges, and histogram sample counts as name_count).
+func gatherValues(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			}
+			key := mf.GetName()
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				out[strings.Replace(key, mf.GetName(), mf.GetName()+"_count", 1)] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func mustLatestRun(t *testing.T, db interface {
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+}) string {
+	t.Helper()
+	var id string
+	if err := db.GetContext(context.Background(), &id, `SELECT id FROM gc_runs WHERE NOT dry_run ORDER BY finished_at DESC LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
