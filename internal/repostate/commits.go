@@ -103,14 +103,36 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 		return Commit{}, err
 	}
 	policy := s.cfg.CommitRetry
+	// Commits this call wrote. If the repository is deleted while the
+	// commit is in flight, they are removed again (see verifyLive).
+	var written []string
+	undo := func(ctx context.Context) error {
+		var errs []error
+		for _, id := range written {
+			errs = append(errs, s.store.Delete(ctx, in.pk, commitKey(id)))
+		}
+		return errors.Join(errs...)
+	}
+	// fail returns err, unless the repository is gone by now: then that.
+	fail := func(err error) (Commit, error) {
+		if len(written) > 0 {
+			if verr := s.verifyLive(ctx, in, undo); verr != nil && !repolock.IsCode(verr, repolock.EInternal) {
+				return Commit{}, verr
+			}
+		}
+		return Commit{}, err
+	}
 	for attempt := 1; ; attempt++ {
-		c, done, err := s.tryCommit(ctx, in, branch, p)
+		c, wrote, done, err := s.tryCommit(ctx, in, branch, p)
+		if wrote {
+			written = append(written, c.ID)
+		}
 		if err != nil {
-			return Commit{}, err
+			return fail(err)
 		}
 		if done {
 			if err := s.verifyLive(ctx, in, func(ctx context.Context) error {
-				return errors.Join(s.store.Delete(ctx, in.pk, branchKey(branch)), s.store.Delete(ctx, in.pk, commitKey(c.ID)))
+				return errors.Join(s.store.Delete(ctx, in.pk, branchKey(branch)), undo(ctx))
 			}); err != nil {
 				return Commit{}, err
 			}
@@ -120,25 +142,26 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 			e := repolock.Errorf(repolock.EConflict,
 				"branch %q kept moving under concurrent commits; gave up after %d attempts, try again", branch, attempt)
 			e.Details = map[string]any{detailAttempts: attempt}
-			return Commit{}, e
+			return fail(e)
 		}
 		if err := sleep(ctx, backoff(policy, attempt)); err != nil {
-			return Commit{}, err
+			return fail(err)
 		}
 	}
 }
 
-// tryCommit is one attempt. done is false when the branch moved under it.
-func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p CommitParams) (Commit, bool, error) {
+// tryCommit is one attempt. wrote says the commit was written (c holds it);
+// done is false when the branch moved under the attempt.
+func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p CommitParams) (c Commit, wrote, done bool, err error) {
 	b, pred, err := s.getBranch(ctx, in, branch)
 	if err != nil {
-		return Commit{}, false, err
+		return Commit{}, false, false, err
 	}
 	parent, err := s.getCommit(ctx, in, b.CommitID)
 	if err != nil {
-		return Commit{}, false, err
+		return Commit{}, false, false, err
 	}
-	c := Commit{
+	c = Commit{
 		Version:      1,
 		Committer:    p.Committer,
 		Message:      p.Message,
@@ -157,16 +180,16 @@ func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p C
 	c.ID = CommitID(c)
 	// Content-addressed: if the key exists it holds this very commit.
 	if _, err := s.setIf(ctx, in.pk, commitKey(c.ID), encode(c), nil); err != nil && !errors.Is(err, kv.ErrPredicateFailed) {
-		return Commit{}, false, storeErr(err)
+		return Commit{}, false, false, storeErr(err)
 	}
 	b.CommitID = c.ID
 	if _, err := s.setIf(ctx, in.pk, branchKey(branch), encode(b), pred); err != nil {
 		if errors.Is(err, kv.ErrPredicateFailed) {
-			return Commit{}, false, nil
+			return c, true, false, nil
 		}
-		return Commit{}, false, storeErr(err)
+		return c, true, false, storeErr(err)
 	}
-	return c, true, nil
+	return c, true, true, nil
 }
 
 func (s *Service) getCommit(ctx context.Context, in instance, id string) (Commit, error) {

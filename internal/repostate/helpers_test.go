@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +55,9 @@ type env struct {
 
 const initialTimeout = 2 * time.Minute
 
+// quiet drops the services' logs; tests assert on results, not log lines.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func newEnv(t *testing.T) *env {
 	return newEnvWithDB(t, dbtest.New(t))
 }
@@ -63,13 +68,13 @@ func newEnvWithDB(t *testing.T, db *database.DB) *env {
 	e.raw = kv.NewPostgres(db)
 	e.faults = kvtest.NewFaultStore(e.raw)
 	e.svc = e.service(e.faults, repostate.RetryPolicy{})
-	e.cleaner = repostate.NewStoreCleaner(e.faults, repostate.CleanerConfig{InitialTimeout: initialTimeout, Now: e.clock.Now, BatchSize: 7})
+	e.cleaner = repostate.NewStoreCleaner(e.faults, repostate.CleanerConfig{InitialTimeout: initialTimeout, Now: e.clock.Now, BatchSize: 7, Logger: quiet})
 	return e
 }
 
 // service returns another Service on store sharing the env's clock.
 func (e *env) service(store kv.Store, retry repostate.RetryPolicy) *repostate.Service {
-	return repostate.New(store, repostate.Config{InitialTimeout: initialTimeout, Now: e.clock.Now, CommitRetry: retry, DeleteBatch: 5})
+	return repostate.New(store, repostate.Config{InitialTimeout: initialTimeout, Now: e.clock.Now, CommitRetry: retry, DeleteBatch: 5, Logger: quiet})
 }
 
 func newTenant() string {
