@@ -31,6 +31,7 @@ func (s *Server) routes() {
 	s.Admin.POST("/users/:name/tokens", s.issueToken)
 
 	// Domain routes, one register call per file of handlers.
+	s.registerAppsRoutes()
 }
 
 func (s *Server) healthz(c echo.Context) error {

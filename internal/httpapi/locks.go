@@ -1,0 +1,72 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
+)
+
+// registerLocksRoutes registers the tenant's view of its locks and the bare
+// acquire, as tenant routes.
+func (s *Server) registerLocksRoutes(t tenantRoutes) {
+	t.add(http.MethodGet, "/locks", s.listLocks)
+	t.add(http.MethodGet, "/locks/:id", s.getLock)
+	t.add(http.MethodPost, "/locks/acquire", s.acquireLock)
+}
+
+func (s *Server) listLocks(c echo.Context) error {
+	p, err := ParsePage(c)
+	if err != nil {
+		return err
+	}
+	items, next, err := locks.List(c.Request().Context(), s.DB, Tenant(c).ID, p.Size, p.Token)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ListResponse[locks.Lock]{Items: items, NextPageToken: next})
+}
+
+func (s *Server) getLock(c echo.Context) error {
+	l, err := locks.Get(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, l)
+}
+
+type acquireRequest struct {
+	RepoURL string `json:"repo_url"`
+}
+
+type acquireResponse struct {
+	LockID        string `json:"lock_id"`
+	Acquired      bool   `json:"acquired"`
+	NormalizedURL string `json:"normalized_url"`
+}
+
+// acquireLock is the bare AcquireRepositoryCredentialURL: 200 with the lock,
+// or 409 repository_claimed naming the owner. The lock it creates has no
+// references; the global GC collects it once it is older than its grace
+// period unless an Application or Credential starts using it.
+func (s *Server) acquireLock(c echo.Context) error {
+	var req acquireRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	key, err := normalize.RepoURL(req.RepoURL)
+	if err != nil {
+		return repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
+	}
+	id, acquired, owner, err := locks.AcquireRepositoryCredentialURL(c.Request().Context(), s.DB, Tenant(c).ID, string(key))
+	if err != nil {
+		return err
+	}
+	if !acquired {
+		return locks.ClaimedError(owner)
+	}
+	return c.JSON(http.StatusOK, acquireResponse{LockID: id, Acquired: true, NormalizedURL: string(key)})
+}
