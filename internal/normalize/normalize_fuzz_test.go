@@ -1,0 +1,107 @@
+package normalize
+
+import (
+	"strings"
+	"testing"
+)
+
+// delims are the characters that end a host or user component.
+const delims = "@/:[]?#\\%" + " \t\r\n"
+
+// FuzzRepoURL checks the properties every input must have:
+//
+//   - RepoURL never panics;
+//   - an error matches ErrInvalidURL, is an *Error, and its message is one of
+//     the fixed reasons (so it cannot echo a token from the input);
+//   - a key is non-empty, at most MaxLength bytes, printable ASCII without
+//     space, '?', '#', '\' or '@' (so no user info anywhere); it is host/path
+//     with a non-empty path; its host part (everything before the first '/')
+//     is lower case and holds no '%'; it has no empty, "." or ".." segment and
+//     does not end in ".git";
+//   - a key re-normalizes to itself (idempotency);
+//   - StripUserInfo accepts what RepoURL accepts, its result normalizes to the
+//     same key and has no '@' before the first '/' of its authority; it
+//     rejects what RepoURL rejects, with the same error.
+//
+// The seed corpus is every input of the table tests, so plain `go test` runs
+// them through these properties too.
+func FuzzRepoURL(f *testing.F) {
+	for _, tc := range acceptCases {
+		f.Add(tc.in)
+		f.Add(tc.want)
+	}
+	for _, tc := range rejectCases {
+		f.Add(tc.in)
+	}
+	for _, in := range benchCorpus {
+		f.Add(in)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		k, err := RepoURL(in)
+		if err != nil {
+			checkError(t, in, err)
+			if _, err2 := StripUserInfo(in); err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("StripUserInfo(%q) error %v, RepoURL error %v", in, err2, err)
+			}
+			return
+		}
+		checkKey(t, in, k)
+	})
+}
+
+// FuzzEquivalentSpellings builds several spellings of one repository from a
+// user, host and path and checks that all the spellings RepoURL accepts give
+// one key (the under-blocking direction; FuzzRepoURL covers the rest). The
+// spellings differ in syntax (URL, scp-like, key form), scheme, default port,
+// user info, host case, trailing ".git" and slashes.
+func FuzzEquivalentSpellings(f *testing.F) {
+	f.Add("git", "github.com", "argoproj/test")
+	f.Add("alice", "GitLab.com", "g/sub/r")
+	f.Add("org", "ssh.dev.azure.com", "v3/org/proj/repo")
+	f.Add("git", "h.example", "2222/o/r")
+	f.Add("u", "bücher.example", "o/r")
+	f.Add("x", "192.0.2.1", "./o/../r")
+	f.Fuzz(func(t *testing.T, user, host, path string) {
+		// The spellings only name one repository when the host and user are
+		// single components.
+		if host == "" || path == "" || strings.ContainsAny(host, delims) || strings.ContainsAny(user, delims) {
+			return
+		}
+		spellings := []string{
+			"ssh://" + user + "@" + host + "/" + path,
+			"ssh://" + host + ":22/" + path + ".git",
+			user + "@" + host + ":" + path,
+			user + "@" + host + ":/" + path + "/",
+			"https://" + host + "/" + path,
+			"https://" + user + ":tok@" + host + ":443/" + path + ".git/",
+			"git://" + asciiUpper(host) + "/" + path,
+			" http://" + host + "//" + path + "/ ",
+			host + "/" + path,
+		}
+		var first Key
+		var firstIn string
+		for _, in := range spellings {
+			k, err := RepoURL(in)
+			if err != nil {
+				checkError(t, in, err)
+				continue
+			}
+			checkKey(t, in, k)
+			if first == "" {
+				first, firstIn = k, in
+			} else if k != first {
+				t.Fatalf("one repository, two keys: RepoURL(%q) = %q, RepoURL(%q) = %q", firstIn, first, in, k)
+			}
+		}
+	})
+}
+
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}
