@@ -31,7 +31,11 @@ func (s *Server) routes() {
 	s.Admin.POST("/users/:name/tokens", s.issueToken)
 
 	// Domain routes, one register call per file of handlers.
+	s.registerNormalizeRoutes()
+	s.registerRepositoryRoutes()
 	s.registerAppsRoutes()
+	s.registerGCRoutes()
+	s.registerReportRoutes()
 }
 
 func (s *Server) healthz(c echo.Context) error {

@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/gc"
+)
+
+// registerReportRoutes registers the SQL reporting views as admin routes:
+//
+//	GET /v1/admin/reports          the reports and what each shows
+//	GET /v1/admin/reports/:name    one report (?format=json|csv, ?limit=N)
+func (s *Server) registerReportRoutes() {
+	s.Admin.GET("/reports", s.listReports)
+	s.Admin.GET("/reports/:name", s.getReport)
+}
+
+func (s *Server) listReports(c echo.Context) error {
+	return c.JSON(http.StatusOK, ListResponse[gc.Report]{Items: gc.Reports()})
+}
+
+// getReport streams the report's rows, so a report of a million locks is
+// never held in memory. An unknown name is 404 with the valid names in
+// "valid_names".
+func (s *Server) getReport(c echo.Context) error {
+	format := gc.FormatJSON
+	if v := c.QueryParam("format"); v != "" {
+		f, err := gc.ParseFormat(v, gc.FormatJSON, gc.FormatCSV)
+		if err != nil {
+			return err
+		}
+		format = f
+	}
+	limit := 0
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return repolock.Errorf(repolock.EInvalid, "limit must be a positive integer")
+		}
+		limit = n
+	}
+	ctx := c.Request().Context()
+	rows, err := gc.OpenReport(ctx, s.DB, c.Param("name"), limit)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	h := c.Response().Header()
+	switch format {
+	case gc.FormatCSV:
+		h.Set(echo.HeaderContentType, "text/csv; charset=utf-8")
+		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+rows.Report.Name+`.csv"`)
+	default:
+		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSONCharsetUTF8)
+	}
+	c.Response().WriteHeader(http.StatusOK)
+	if err := rows.Write(c.Response(), format); err != nil {
+		// The status is sent; all that is left is to log and cut the body
+		// short (the client sees truncated JSON or CSV).
+		s.Logger.ErrorContext(ctx, "report: streaming failed", "report", rows.Report.Name, "error", err.Error(), "request_id", requestID(c))
+	}
+	return nil
+}
