@@ -27,6 +27,7 @@ var commands = map[string]command{
 	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
 	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME", runUser},
 	// Domain commands, one line each; their code lives in <command>.go.
+	"normalize": {"print the lock key of each repository URL", runNormalize},
 }
 
 // env is what commands share: streams, so tests can capture them.
