@@ -1,0 +1,329 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"net/http"
+	"net/url"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/repostate"
+)
+
+// registerRepositoryRoutes registers the graveler repository state routes
+// (internal/repostate). Branch and tag names may contain '/': clients send
+// it percent-encoded (%2F) inside a path segment.
+func (s *Server) registerRepositoryRoutes() {
+	h := repoHandlers{svc: repostate.NewPostgres(s.DB, repostate.Config{Logger: s.Logger})}
+	t := tenantRoutes{s}
+	t.add(http.MethodPost, "/repositories", h.create)
+	t.add(http.MethodGet, "/repositories", h.list)
+	t.add(http.MethodGet, "/repositories/:name", h.get)
+	t.add(http.MethodDelete, "/repositories/:name", h.delete)
+
+	t.add(http.MethodPost, "/repositories/:name/branches", h.createBranch)
+	t.add(http.MethodGet, "/repositories/:name/branches", h.listBranches)
+	t.add(http.MethodGet, "/repositories/:name/branches/:branch", h.getBranch)
+	t.add(http.MethodPut, "/repositories/:name/branches/:branch", h.updateBranch)
+	t.add(http.MethodDelete, "/repositories/:name/branches/:branch", h.deleteBranch)
+	t.add(http.MethodPost, "/repositories/:name/branches/:branch/commits", h.commit)
+	t.add(http.MethodGet, "/repositories/:name/branches/:branch/log", h.log)
+
+	t.add(http.MethodGet, "/repositories/:name/commits/:id", h.getCommit)
+
+	t.add(http.MethodPost, "/repositories/:name/tags", h.createTag)
+	t.add(http.MethodGet, "/repositories/:name/tags", h.listTags)
+	t.add(http.MethodGet, "/repositories/:name/tags/:tag", h.getTag)
+	t.add(http.MethodDelete, "/repositories/:name/tags/:tag", h.deleteTag)
+}
+
+type repoHandlers struct {
+	svc *repostate.Service
+}
+
+// pathParam returns a path parameter decoded. Echo matches on the escaped
+// path when the request has escapes Go would not produce itself (such as
+// %2F), and then hands out escaped values.
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", repolock.Errorf(repolock.EInvalid, "path parameter %s is not validly escaped", name)
+	}
+	return u, nil
+}
+
+// nameToken encodes the last name of a page as an opaque page token.
+func nameToken(last string, more bool) string {
+	if !more {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(last))
+}
+
+func parseNameToken(token string) (string, error) {
+	if token == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(b) == 0 {
+		return "", repolock.Errorf(repolock.EInvalid, "page_token is not valid")
+	}
+	return string(b), nil
+}
+
+// listParams reads page_size and page_token.
+func listParams(c echo.Context) (after string, size int, err error) {
+	p, err := ParsePage(c)
+	if err != nil {
+		return "", 0, err
+	}
+	after, err = parseNameToken(p.Token)
+	return after, p.Size, err
+}
+
+type createRepositoryRequest struct {
+	Name             string `json:"name"`
+	StorageNamespace string `json:"storage_namespace"`
+	DefaultBranch    string `json:"default_branch"`
+	Bare             bool   `json:"bare"`
+}
+
+func (h repoHandlers) create(c echo.Context) error {
+	var req createRepositoryRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	r, err := h.svc.Create(c.Request().Context(), Tenant(c).ID, repostate.CreateParams{
+		Name: req.Name, StorageNamespace: req.StorageNamespace, DefaultBranch: req.DefaultBranch, Bare: req.Bare,
+	})
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/repositories/"+r.Name)
+	return c.JSON(http.StatusCreated, r)
+}
+
+func (h repoHandlers) list(c echo.Context) error {
+	after, size, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	items, more, err := h.svc.List(c.Request().Context(), Tenant(c).ID, after, size)
+	if err != nil {
+		return err
+	}
+	last := ""
+	if len(items) > 0 {
+		last = items[len(items)-1].Name
+	}
+	return c.JSON(http.StatusOK, ListResponse[repostate.Repository]{Items: items, NextPageToken: nameToken(last, more)})
+}
+
+func (h repoHandlers) get(c echo.Context) error {
+	r, err := h.svc.Get(c.Request().Context(), Tenant(c).ID, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, r)
+}
+
+func (h repoHandlers) delete(c echo.Context) error {
+	if err := h.svc.Delete(c.Request().Context(), Tenant(c).ID, c.Param("name")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type createBranchRequest struct {
+	Name string `json:"name"`
+	// Source is a branch name or a commit id.
+	Source string `json:"source"`
+}
+
+func (h repoHandlers) createBranch(c echo.Context) error {
+	var req createBranchRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	b, err := h.svc.CreateBranch(c.Request().Context(), Tenant(c).ID, c.Param("name"), req.Name, req.Source)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, b)
+}
+
+func (h repoHandlers) listBranches(c echo.Context) error {
+	after, size, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	items, more, err := h.svc.ListBranches(c.Request().Context(), Tenant(c).ID, c.Param("name"), after, size)
+	if err != nil {
+		return err
+	}
+	last := ""
+	if len(items) > 0 {
+		last = items[len(items)-1].Name
+	}
+	return c.JSON(http.StatusOK, ListResponse[repostate.Branch]{Items: items, NextPageToken: nameToken(last, more)})
+}
+
+func (h repoHandlers) getBranch(c echo.Context) error {
+	branch, err := pathParam(c, "branch")
+	if err != nil {
+		return err
+	}
+	b, err := h.svc.GetBranch(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, b)
+}
+
+type updateBranchRequest struct {
+	CommitID string `json:"commit_id"`
+	// ExpectedCommitID, when set, must be the branch's current commit
+	// (else 412).
+	ExpectedCommitID string `json:"expected_commit_id"`
+}
+
+func (h repoHandlers) updateBranch(c echo.Context) error {
+	branch, err := pathParam(c, "branch")
+	if err != nil {
+		return err
+	}
+	var req updateBranchRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	b, err := h.svc.UpdateBranch(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, req.CommitID, req.ExpectedCommitID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, b)
+}
+
+func (h repoHandlers) deleteBranch(c echo.Context) error {
+	branch, err := pathParam(c, "branch")
+	if err != nil {
+		return err
+	}
+	if err := h.svc.DeleteBranch(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type commitRequest struct {
+	Message string `json:"message"`
+	// Committer defaults to the tenant's name.
+	Committer   string            `json:"committer"`
+	MetaRangeID string            `json:"meta_range_id"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+func (h repoHandlers) commit(c echo.Context) error {
+	branch, err := pathParam(c, "branch")
+	if err != nil {
+		return err
+	}
+	var req commitRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Committer == "" {
+		req.Committer = Tenant(c).Name
+	}
+	cm, err := h.svc.Commit(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, repostate.CommitParams{
+		Committer: req.Committer, Message: req.Message, MetaRangeID: req.MetaRangeID, Metadata: req.Metadata,
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, cm)
+}
+
+func (h repoHandlers) log(c echo.Context) error {
+	branch, err := pathParam(c, "branch")
+	if err != nil {
+		return err
+	}
+	from, size, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	items, next, err := h.svc.Log(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, from, size)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ListResponse[repostate.Commit]{Items: items, NextPageToken: nameToken(next, next != "")})
+}
+
+func (h repoHandlers) getCommit(c echo.Context) error {
+	cm, err := h.svc.GetCommit(c.Request().Context(), Tenant(c).ID, c.Param("name"), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, cm)
+}
+
+type createTagRequest struct {
+	Name     string `json:"name"`
+	CommitID string `json:"commit_id"`
+}
+
+func (h repoHandlers) createTag(c echo.Context) error {
+	var req createTagRequest
+	if err := DecodeJSON(c, &req); err != nil {
+		return err
+	}
+	t, err := h.svc.CreateTag(c.Request().Context(), Tenant(c).ID, c.Param("name"), req.Name, req.CommitID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, t)
+}
+
+func (h repoHandlers) listTags(c echo.Context) error {
+	after, size, err := listParams(c)
+	if err != nil {
+		return err
+	}
+	items, more, err := h.svc.ListTags(c.Request().Context(), Tenant(c).ID, c.Param("name"), after, size)
+	if err != nil {
+		return err
+	}
+	last := ""
+	if len(items) > 0 {
+		last = items[len(items)-1].Name
+	}
+	return c.JSON(http.StatusOK, ListResponse[repostate.Tag]{Items: items, NextPageToken: nameToken(last, more)})
+}
+
+func (h repoHandlers) getTag(c echo.Context) error {
+	tag, err := pathParam(c, "tag")
+	if err != nil {
+		return err
+	}
+	t, err := h.svc.GetTag(c.Request().Context(), Tenant(c).ID, c.Param("name"), tag)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (h repoHandlers) deleteTag(c echo.Context) error {
+	tag, err := pathParam(c, "tag")
+	if err != nil {
+		return err
+	}
+	if err := h.svc.DeleteTag(c.Request().Context(), Tenant(c).ID, c.Param("name"), tag); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
