@@ -27,6 +27,9 @@ var commands = map[string]command{
 	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
 	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME", runUser},
 	// Domain commands, one line each; their code lives in <command>.go.
+	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
+	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},
+	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs", runReport},
 	"normalize": {"print the lock key of each repository URL", runNormalize},
 }
 

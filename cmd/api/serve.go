@@ -23,6 +23,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
 	)
 	common.register(fs, e)
+	var gcLoop gcLoopFlags
+	gcLoop.register(fs, e)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -63,6 +65,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	stopGC, err := gcLoop.start(ctx, db, srv, logger)
+	if err != nil {
+		return err
+	}
+	defer stopGC()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

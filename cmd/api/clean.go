@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repolock/repolock/internal/gc"
+)
+
+func runClean(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "clean", "",
+		"Runs the repository Cleaner alone (the data of deleted repository instances), under the same\n"+
+			"lease as api gc and recorded in gc_runs with kind \"clean\". Prints the run as JSON; exits 0\n"+
+			"when it succeeded or was skipped because another run holds the lease, 1 when it failed.")
+	var (
+		common  commonFlags
+		metrics metricsTextfile
+		timeout = fs.Duration("timeout", envDuration(e, "GC_TIMEOUT", 10*time.Minute), "give up after this long [GC_TIMEOUT]")
+	)
+	metrics.register(fs, e)
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	if *timeout <= 0 {
+		return &exitError{code: 2, err: errors.New("--timeout must be positive")}
+	}
+	logger, err := common.logger(e)
+	if err != nil {
+		return err
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	r, err := newCollector(db, logger, gc.NewMetrics(reg)).Clean(ctx, gc.TriggerCLI)
+	metrics.write(reg, logger)
+	return reportRun(e, r, err)
+}

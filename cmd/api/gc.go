@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/httpapi"
+)
+
+// gcRunFlags are the parameters of a collection: api gc's --batch-size and
+// --min-age, and serve's --gc-batch-size and --gc-min-age.
+type gcRunFlags struct {
+	batchSize int
+	minAge    time.Duration
+}
+
+func (g *gcRunFlags) register(fs *flag.FlagSet, e *env, prefix string) {
+	fs.IntVar(&g.batchSize, prefix+"batch-size", envInt(e, "GC_BATCH_SIZE", gc.DefaultBatchSize),
+		fmt.Sprintf("locks examined and deleted per transaction, 1..%d [GC_BATCH_SIZE]", gc.MaxBatchSize))
+	fs.DurationVar(&g.minAge, prefix+"min-age", envDuration(e, "GC_MIN_AGE", gc.DefaultMinAge),
+		"collect only locks older than this, so a lock acquired a moment ago keeps its reference [GC_MIN_AGE]")
+}
+
+func (g *gcRunFlags) options(t gc.Trigger) gc.Options {
+	o := gc.DefaultOptions(t)
+	o.BatchSize = g.batchSize
+	o.MinAge = g.minAge
+	return o
+}
+
+func envInt(e *env, key string, def int) int {
+	if v := e.getenv(key); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// metricsTextfile writes the CLI's private metrics registry for the
+// node_exporter textfile collector.
+type metricsTextfile struct{ path string }
+
+func (m *metricsTextfile) register(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&m.path, "metrics-textfile", envOr(e, "GC_METRICS_TEXTFILE", ""),
+		"after the run, write its metrics to this file in Prometheus text format (for node_exporter's textfile collector) [GC_METRICS_TEXTFILE]")
+}
+
+func (m *metricsTextfile) write(reg *prometheus.Registry, logger *slog.Logger) {
+	if m.path == "" {
+		return
+	}
+	if err := prometheus.WriteToTextfile(m.path, reg); err != nil {
+		logger.Warn("gc: write the metrics textfile", "path", m.path, "error", err.Error())
+	}
+}
+
+func runGC(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "gc", "",
+		"Runs one global lock GC: deletes every ownership lock that no Application and no Credential\n"+
+			"references and that is older than --min-age, in batches, then runs the repository Cleaner.\n"+
+			"Prints the run as JSON on stdout. Exits 0 when the run succeeded or was skipped because\n"+
+			"another collection is running (\"skipped: another collection is running\" on stderr),\n"+
+			"1 when it failed, 2 on bad flags. For cron jobs and Kubernetes CronJobs.")
+	var (
+		common  commonFlags
+		run     gcRunFlags
+		metrics metricsTextfile
+		dryRun  = fs.Bool("dry-run", false, "report what would be collected; delete nothing, skip the repository Cleaner")
+		timeout = fs.Duration("timeout", envDuration(e, "GC_TIMEOUT", 10*time.Minute),
+			"give up after this long; batches committed before stay collected [GC_TIMEOUT]")
+	)
+	run.register(fs, e, "")
+	metrics.register(fs, e)
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	if *timeout <= 0 {
+		return &exitError{code: 2, err: errors.New("--timeout must be positive")}
+	}
+	opts := run.options(gc.TriggerCLI)
+	opts.DryRun = *dryRun
+	logger, err := common.logger(e)
+	if err != nil {
+		return err
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	c := newCollector(db, logger, gc.NewMetrics(reg))
+	r, err := c.Collect(ctx, opts)
+	metrics.write(reg, logger)
+	return reportRun(e, r, err)
+}
+
+func newCollector(db *database.DB, logger *slog.Logger, m *gc.Metrics) *gc.Collector {
+	return gc.New(db, gc.Config{Logger: logger, Metrics: m, Cleaner: gc.NewRepositoryCleaner(db, logger)})
+}
+
+// reportRun prints the run and turns its outcome into the exit status: 0
+// for succeeded and skipped, 2 for invalid options, 1 otherwise.
+func reportRun(e *env, r gc.Run, err error) error {
+	if r.Status != "" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if encErr := enc.Encode(r); encErr != nil {
+			return encErr
+		}
+	}
+	if err != nil {
+		if repolock.IsCode(err, repolock.EInvalid) {
+			return &exitError{code: 2, err: errors.New(repolock.ErrorMessage(err))}
+		}
+		return &exitError{code: 1, err: err}
+	}
+	if r.Status == gc.StatusSkipped {
+		fmt.Fprintf(e.stderr, "skipped: %s\n", r.Reason)
+	}
+	return nil
+}
+
+// gcLoopFlags configure serve's scheduled collections.
+type gcLoopFlags struct {
+	interval time.Duration
+	run      gcRunFlags
+}
+
+func (g *gcLoopFlags) register(fs *flag.FlagSet, e *env) {
+	fs.DurationVar(&g.interval, "gc-interval", envDuration(e, "GC_INTERVAL", 10*time.Minute),
+		"run the global lock GC about this often (±10% jitter; replicas share the work through a lease); 0 disables [GC_INTERVAL]")
+	g.run.register(fs, e, "gc-")
+}
+
+// start starts the scheduled collections of serve, with their metrics on the
+// server's registry, and returns the function that stops them (waiting for
+// a run in progress to be recorded).
+func (g *gcLoopFlags) start(ctx context.Context, db *database.DB, srv *httpapi.Server, logger *slog.Logger) (stop func(), err error) {
+	if g.interval < 0 {
+		return nil, fmt.Errorf("--gc-interval must not be negative")
+	}
+	if g.interval == 0 {
+		logger.Info("gc: scheduled collections are disabled (GC_INTERVAL=0)")
+		return func() {}, nil
+	}
+	opts := gc.DefaultLoopOptions(g.interval)
+	opts.BatchSize, opts.MinAge = g.run.batchSize, g.run.minAge
+	if opts.BatchSize < 1 || opts.BatchSize > gc.MaxBatchSize || opts.MinAge < 0 {
+		return nil, fmt.Errorf("--gc-batch-size must be 1..%d and --gc-min-age not negative", gc.MaxBatchSize)
+	}
+	c := newCollector(db, logger, gc.NewMetrics(srv.Registry))
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.RunLoop(ctx, gc.LoopConfig{Interval: g.interval, Options: opts})
+	}()
+	return func() { cancel(); wg.Wait() }, nil
+}

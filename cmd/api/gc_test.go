@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/gc"
+)
+
+// gcCLI runs the api binary's commands in-process against one test
+// database.
+type gcCLI struct {
+	t    *testing.T
+	db   *database.DB
+	env  map[string]string
+	user string
+}
+
+func newGCCLI(t *testing.T) *gcCLI {
+	t.Helper()
+	db, url := dbtest.NewWithURL(t)
+	c := &gcCLI{t: t, db: db, env: map[string]string{"DATABASE_URL": url, "LOG_LEVEL": "warn"}}
+	if err := db.GetContext(context.Background(), &c.user, `INSERT INTO cluster_users (name) VALUES ('alice') RETURNING id`); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *gcCLI) run(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errb syncBuffer
+	e := &env{stdout: &out, stderr: &errb, getenv: func(k string) string { return c.env[k] }}
+	code = run(ctx, e, args)
+	return code, out.String(), errb.String()
+}
+
+func (c *gcCLI) orphans(n int) {
+	c.t.Helper()
+	if _, err := c.db.ExecContext(context.Background(), `
+		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
+		SELECT 'git.example.com/o/' || g, 1, $1, now() - interval '1 hour' FROM generate_series(1, $2) g`, c.user, n); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *gcCLI) count(query string) int {
+	c.t.Helper()
+	var n int
+	if err := c.db.GetContext(context.Background(), &n, query); err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func decodeRun(t *testing.T, stdout string) gc.Run {
+	t.Helper()
+	var r gc.Run
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("stdout is not a JSON run: %v\n%s", err, stdout)
+	}
+	return r
+}
+
+func TestGCCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newGCCLI(t)
+	c.orphans(5)
+	metrics := filepath.Join(t.TempDir(), "gc.prom")
+
+	code, out, errOut := c.run(ctx, "gc", "--dry-run", "--batch-size", "2")
+	if r := decodeRun(t, out); code != 0 || r.Status != gc.StatusSucceeded || !r.DryRun || r.Scanned != 5 || r.Deleted != 0 || r.Batches != 3 {
+		t.Fatalf("gc --dry-run: exit %d, %+v, stderr %s", code, r, errOut)
+	}
+	if n := c.count(`SELECT count(*) FROM RepositoryLockOwner`); n != 5 {
+		t.Fatalf("dry run deleted locks: %d left", n)
+	}
+
+	code, out, errOut = c.run(ctx, "gc", "--min-age", "30m", "--metrics-textfile", metrics)
+	r := decodeRun(t, out)
+	if code != 0 || r.Status != gc.StatusSucceeded || r.Trigger != gc.TriggerCLI || r.Deleted != 5 || r.MinAgeSeconds != 1800 ||
+		r.Cleaner == nil || *r.Cleaner != (gc.CleanerResult{}) || errOut != "" {
+		t.Fatalf("gc: exit %d, %+v, stderr %q", code, r, errOut)
+	}
+	prom, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"repolock_gc_collected_locks_total 5\n", `repolock_gc_runs_total{dry_run="false",kind="gc",result="succeeded"} 1` + "\n"} {
+		if !strings.Contains(string(prom), want) {
+			t.Fatalf("metrics textfile lacks %q:\n%s", want, prom)
+		}
+	}
+
+	// Another holder has the lease: skipped, exit 0.
+	if _, err := c.db.ExecContext(ctx, `INSERT INTO gc_leases (name, holder, expires_at) VALUES ('gc', 'cron-elsewhere', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = c.run(ctx, "gc")
+	if r := decodeRun(t, out); code != 0 || r.Status != gc.StatusSkipped || r.Reason != gc.ReasonAnotherRunning ||
+		errOut != "skipped: another collection is running\n" {
+		t.Fatalf("gc while another holds the lease: exit %d, %+v, stderr %q", code, r, errOut)
+	}
+	code, out, errOut = c.run(ctx, "clean")
+	if r := decodeRun(t, out); code != 0 || r.Kind != gc.KindClean || r.Status != gc.StatusSkipped {
+		t.Fatalf("clean while another holds the lease: exit %d, %+v, stderr %q", code, r, errOut)
+	}
+	if _, err := c.db.ExecContext(ctx, `DELETE FROM gc_leases`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = c.run(ctx, "clean")
+	if r := decodeRun(t, out); code != 0 || r.Kind != gc.KindClean || r.Status != gc.StatusSucceeded || r.Cleaner == nil {
+		t.Fatalf("clean: exit %d, %+v, stderr %q", code, r, errOut)
+	}
+}
+
+func TestGCCommandErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newGCCLI(t)
+	tests := []struct {
+		args       []string
+		code       int
+		wantStderr string
+	}{
+		{[]string{"gc", "--batch-size", "0"}, 2, "api gc: batch size must be from 1 to 100000, got 0\n"},
+		{[]string{"gc", "--min-age", "-1s"}, 2, "api gc: min age must not be negative, got -1s\n"},
+		{[]string{"gc", "--timeout", "0s"}, 2, "api gc: --timeout must be positive\n"},
+		{[]string{"gc", "extra"}, 2, ""},
+		{[]string{"report", "nope"}, 2, "api report: no report named \"nope\"; valid names: ownership, locks, orphan_locks, denials, gc_runs\n"},
+		{[]string{"report", "locks", "--format", "xml"}, 2, "api report: format must be one of table, csv, json\n"},
+		{[]string{"report"}, 2, ""},
+	}
+	for _, tt := range tests {
+		code, _, errOut := c.run(ctx, tt.args...)
+		if code != tt.code || (tt.wantStderr != "" && errOut != tt.wantStderr) {
+			t.Fatalf("api %v: exit %d, stderr %q; want %d, %q", tt.args, code, errOut, tt.code, tt.wantStderr)
+		}
+	}
+	if n := c.count(`SELECT count(*) FROM gc_runs`); n != 0 {
+		t.Fatalf("rejected commands recorded %d runs", n)
+	}
+	c.env["DATABASE_URL"] = strings.Replace(c.env["DATABASE_URL"], "127.0.0.1:5432", "127.0.0.1:1", 1)
+	if code, _, errOut := c.run(ctx, "gc"); code != 1 || !strings.HasPrefix(errOut, "api gc: database: ping:") {
+		t.Fatalf("gc without a database: exit %d, stderr %q; want 1", code, errOut)
+	}
+}
+
+func TestReportCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newGCCLI(t)
+	c.orphans(2)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"report", "ownership", "--format", "csv"},
+			"tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" + c.user + ",alice,2,0,0,2\n"},
+		{[]string{"report", "ownership"},
+			"TENANT_ID                             TENANT_NAME  LOCKS  APPLICATIONS  CREDENTIALS  UNREFERENCED_LOCKS\n" +
+				c.user + "  alice        2      0             0            2\n"},
+		{[]string{"report", "ownership", "--format", "json"},
+			`{"report":"ownership","columns":["tenant_id","tenant_name","locks","applications","credentials","unreferenced_locks"],"items":[` +
+				`{"tenant_id":"` + c.user + `","tenant_name":"alice","locks":2,"applications":0,"credentials":0,"unreferenced_locks":2}]}` + "\n"},
+		{[]string{"report", "locks", "--format", "csv", "--limit", "1"}, ""}, // checked below
+	}
+	for _, tt := range tests {
+		code, out, errOut := c.run(ctx, tt.args...)
+		if code != 0 {
+			t.Fatalf("api %v: exit %d, stderr %s", tt.args, code, errOut)
+		}
+		if tt.want != "" && out != tt.want {
+			t.Fatalf("api %v:\n%s\nwant\n%s", tt.args, out, tt.want)
+		}
+		if tt.want == "" {
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != 2 || lines[0] != "lock_id,git_repository_url,normalizer_version,owner_id,owner_name,application_refs,credential_refs,created_at,age_seconds" ||
+				!strings.Contains(lines[1], ",git.example.com/o/1,1,"+c.user+",alice,0,0,") {
+				t.Fatalf("api %v:\n%s", tt.args, out)
+			}
+		}
+	}
+}
+
+// serve runs the scheduled collections: orphans are collected without any
+// request, and GC_INTERVAL=0 disables them.
+func TestServeRunsScheduledGC(t *testing.T) {
+	t.Parallel()
+	c := newGCCLI(t)
+	c.orphans(3)
+	c.env["ADMIN_TOKEN"] = "rla_test"
+	c.env["LISTEN_ADDR"] = "127.0.0.1:0"
+	c.env["GC_INTERVAL"] = "50ms"
+	c.env["GC_MIN_AGE"] = "1m"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := c.run(ctx, "serve")
+		done <- code
+	}()
+	for i := 0; c.count(`SELECT count(*) FROM RepositoryLockOwner`) != 0; i++ {
+		if i > 3000 {
+			cancel()
+			t.Fatal("the serve loop never collected the orphans")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	if n := c.count(`SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND deleted = 3 AND min_age = interval '1 minute'`); n != 1 {
+		t.Fatalf("scheduled runs that collected the orphans = %d, want 1", n)
+	}
+	if n := c.count(`SELECT count(*) FROM gc_runs WHERE status = 'running'`); n != 0 {
+		t.Fatalf("%d runs left running after serve stopped", n)
+	}
+}
+
+func TestServeWithGCDisabled(t *testing.T) {
+	t.Parallel()
+	c := newGCCLI(t)
+	c.env["ADMIN_TOKEN"] = "rla_test"
+	c.env["LISTEN_ADDR"] = "127.0.0.1:0"
+	c.env["GC_INTERVAL"] = "0"
+	c.env["LOG_LEVEL"] = "info"
+	ctx, cancel := context.WithCancel(context.Background())
+	var errOut string
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		e := &env{stdout: &syncBuffer{}, stderr: &stderr, getenv: func(k string) string { return c.env[k] }}
+		done <- run(ctx, e, []string{"serve"})
+	}()
+	for i := 0; !strings.Contains(stderr.String(), `"msg":"listening"`); i++ {
+		if i > 3000 {
+			t.Fatalf("serve did not start: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	errOut = stderr.String()
+	if !strings.Contains(errOut, "gc: scheduled collections are disabled (GC_INTERVAL=0)") || strings.Contains(errOut, "gc: scheduled collections\"") {
+		t.Fatalf("logs:\n%s", errOut)
+	}
+}
