@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/repolock/repolock"
@@ -52,9 +53,11 @@ type CleanerResult struct {
 // KV store. Each Run:
 //
 //  1. scans every tenant's repository records, declares initial records
-//     older than the initial timeout failed and completes deletes that
-//     stopped in the deleting state (both through the same conditional
-//     delete flow as Service.Delete, so a newer instance is never touched);
+//     older than the initial timeout failed, completes deletes that
+//     stopped in the deleting state and (NewCleaner only) retires every
+//     repository of a tenant that no longer exists, all through the same
+//     conditional delete flow as Service.Delete, so a newer instance is
+//     never touched;
 //  2. scans the deleted-repositories partition and, for each entry, deletes
 //     every staging partition the instance's branches name, then the
 //     instance partition, then the entry. A failure skips to the next entry;
@@ -67,12 +70,31 @@ type Cleaner struct {
 	store kv.Store
 	log   *slog.Logger
 	batch int
+	// tenantExists, when set, lets the Cleaner retire every repository of
+	// a tenant that was deleted (internal/users rows are not tied to KV
+	// partitions by foreign keys).
+	tenantExists func(ctx context.Context, tenantID string) (bool, error)
 }
 
-// NewCleaner returns a Cleaner on db's kv table.
+// NewCleaner returns a Cleaner on db's kv table. It also retires the
+// repositories of tenants that no longer exist in cluster_users.
 func NewCleaner(db *database.DB, cfg CleanerConfig) *Cleaner {
-	return NewStoreCleaner(kv.NewPostgres(db), cfg)
+	c := NewStoreCleaner(kv.NewPostgres(db), cfg)
+	c.tenantExists = func(ctx context.Context, tenantID string) (bool, error) {
+		if !uuidRE.MatchString(tenantID) {
+			return true, nil // not an internal/users id: not ours to judge
+		}
+		var ok bool
+		err := db.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, tenantID)
+		return ok, database.MapError(err)
+	}
+	return c
 }
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// reasonTenantDeleted is recorded for instances retired with their tenant.
+const reasonTenantDeleted = "tenant_deleted"
 
 // NewStoreCleaner returns a Cleaner on any kv.Store.
 func NewStoreCleaner(store kv.Store, cfg CleanerConfig) *Cleaner {
@@ -103,14 +125,24 @@ func (c *Cleaner) Run(ctx context.Context) (CleanerResult, error) {
 	return res, nil
 }
 
-// sweepRecords retires stale initial records and completes stopped
-// deletes; it returns how many deletes it completed.
+// sweepRecords retires stale initial records, completes stopped deletes
+// and retires the repositories of deleted tenants; it returns how many
+// deletes it completed (the last two kinds).
 func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) (completed int, err error) {
 	for t, err := range c.store.Scan(ctx, []byte(tenantsPartition), nil, scanPage) {
 		if err != nil {
 			return completed, storeErr(err)
 		}
 		tenantID := string(t.Key)
+		orphaned := false
+		if c.tenantExists != nil {
+			ok, err := c.tenantExists(ctx, tenantID)
+			if err != nil {
+				return completed, err
+			}
+			orphaned = !ok
+		}
+		failedBefore := res.Failed
 		for e, err := range c.store.Scan(ctx, reposPartition(tenantID), []byte(repoPrefix), scanPage) {
 			if err != nil {
 				return completed, storeErr(err)
@@ -127,6 +159,8 @@ func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) (complet
 			var counter *int
 			reason := reasonDeleted
 			switch {
+			case orphaned:
+				counter, reason = &completed, reasonTenantDeleted
 			case c.svc.stale(rec):
 				counter, reason = &res.StaleInitial, reasonFailed
 			case rec.State == StateDeleting:
@@ -146,6 +180,15 @@ func (c *Cleaner) sweepRecords(ctx context.Context, res *CleanerResult) (complet
 				res.Failed++
 				c.log.WarnContext(ctx, "repostate: cleaner: could not retire a repository record",
 					"tenant_id", tenantID, "repository", rec.Name, "instance_uid", rec.InstanceUID, "state", rec.State, "error", err.Error())
+			}
+		}
+		if orphaned && res.Failed == failedBefore {
+			// Every repository of the deleted tenant is retired: forget it.
+			if err := c.store.Delete(ctx, []byte(tenantsPartition), t.Key); err != nil {
+				res.Failed++
+				c.log.WarnContext(ctx, "repostate: cleaner: could not forget a deleted tenant", "tenant_id", tenantID, "error", err.Error())
+			} else {
+				c.log.InfoContext(ctx, "repostate: cleaner: retired the repositories of a deleted tenant", "tenant_id", tenantID)
 			}
 		}
 	}

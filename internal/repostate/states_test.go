@@ -9,6 +9,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/repostate/kv/kvtest"
+	"github.com/repolock/repolock/internal/users"
 )
 
 // stuckInitial creates a repository whose create dies after writing the
@@ -212,4 +213,50 @@ func TestSlowCreateIsAbandoned(t *testing.T) {
 		t.Fatalf("%d rows left", n)
 	}
 	e.create(tenant, "slow")
+}
+
+// TestCleanerRetiresDeletedTenants: NewCleaner retires every repository of
+// a tenant whose cluster_users row is gone, and forgets the tenant; other
+// tenants are untouched.
+func TestCleanerRetiresDeletedTenants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var gone, kept string
+	for name, id := range map[string]*string{"gone": &gone, "kept": &kept} {
+		u, _, err := users.Create(e.ctx, e.db, name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		*id = u.ID
+	}
+	a := e.create(gone, "first")
+	b := e.create(gone, "second")
+	k := e.create(kept, "first")
+	cleaner := repostate.NewCleaner(e.db, repostate.CleanerConfig{Now: e.clock.Now, Logger: quiet})
+	res, err := cleaner.Run(e.ctx)
+	if err != nil || res != (repostate.CleanerResult{}) {
+		t.Fatalf("Cleaner with every tenant present = %+v, %v", res, err)
+	}
+	if _, err := e.db.ExecContext(e.ctx, `DELETE FROM cluster_users WHERE id = $1`, gone); err != nil {
+		t.Fatal(err)
+	}
+	res, err = cleaner.Run(e.ctx)
+	if err != nil || res.Scanned != 2 || res.Cleaned != 2 || res.Failed != 0 || res.RowsDeleted != 4 {
+		t.Fatalf("Cleaner after the tenant's deletion = %+v, %v", res, err)
+	}
+	for _, r := range []repostate.Repository{a, b} {
+		if n := e.instanceRows(gone, r.Name, r.InstanceUID); n != 0 {
+			t.Fatalf("%s: %d rows left", r.Name, n)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM kv WHERE partition_key = convert_to($1, 'UTF8') OR (partition_key = convert_to('graveler_tenants', 'UTF8') AND key = convert_to($2, 'UTF8'))`,
+		"graveler/"+gone, gone); n != 0 {
+		t.Fatalf("%d rows of the deleted tenant's records left", n)
+	}
+	if got, err := e.svc.Get(e.ctx, kept, "first"); err != nil || got != k {
+		t.Fatalf("other tenant's repository = %+v, %v", got, err)
+	}
+	if n := e.instanceRows(kept, "first", k.InstanceUID); n != 2 {
+		t.Fatalf("other tenant's rows = %d", n)
+	}
 }
