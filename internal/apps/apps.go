@@ -158,7 +158,7 @@ func acquire(ctx context.Context, tx database.Tx, tenantID string, key normalize
 // mapWriteError maps the errors of writing a row; what is "an application"
 // or "a repository credential".
 func mapWriteError(err error, what, name string) error {
-	if database.PQCode(err) == database.CodeUniqueViolation {
+	if database.PQCode(err) == database.CodeUniqueViolation && strings.HasSuffix(database.Constraint(err), "_tenant_name_key") {
 		return repolock.Wrap(repolock.EAlreadyExists, err, "%s named %q already exists", what, name)
 	}
 	if database.PQCode(err) == database.CodeForeignKeyViolation && strings.Contains(database.Constraint(err), "cluster_user_id") {
@@ -170,7 +170,7 @@ func mapWriteError(err error, what, name string) error {
 const applicationColumns = `a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at`
 
 // createApplicationSQL writes the application and its reference in one
-// statement.
+// statement, in the transaction that acquired the lock $7.
 const createApplicationSQL = `
 WITH a AS (
 	INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
@@ -181,8 +181,27 @@ WITH a AS (
 )
 SELECT ` + applicationColumns + `, $7::uuid::text AS lock_id FROM a`
 
+// createApplicationWithNewLockSQL is the fast path of CreateApplication: when
+// nobody holds the URL, one statement (so one implicit transaction and one
+// round trip) creates the lock, its event, the application and the
+// reference. It returns no row, and writes nothing, when the URL is taken.
+const createApplicationWithNewLockSQL = `
+WITH ` + locks.NewLockCTE + `, a AS (
+	INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
+	SELECT $3, $4, $5, $1, $6, $7 FROM lock
+	RETURNING *
+), ref AS (
+	INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, lock.id FROM a, lock
+)
+SELECT ` + applicationColumns + `, lock.id::text AS lock_id FROM a, lock`
+
 // CreateApplication creates an application of the tenant and references the
 // tenant's lock on its repository, acquiring it if needed.
+//
+// A URL nobody holds is acquired and the application written in a single
+// statement. Otherwise (the tenant already owns the URL, another tenant does,
+// or the fast path lost a race) one transaction acquires the lock with
+// locks.AcquireRepositoryCredentialURL and writes the row and its reference.
 func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (Application, error) {
 	if err := ValidateName(in.Name); err != nil {
 		return Application{}, err
@@ -197,10 +216,16 @@ func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in
 	if err := validateRevision(in.TargetRevision); err != nil {
 		return Application{}, err
 	}
-	var (
-		app       Application
-		claimedBy string
-	)
+	var app Application
+	err = db.GetContext(ctx, &app, createApplicationWithNewLockSQL,
+		string(key), normalize.Version, tenantID, in.Name, stored, in.Path, in.TargetRevision)
+	if err == nil {
+		return app, nil
+	}
+	if !database.IsNoRows(err) {
+		return Application{}, mapWriteError(err, "an application", in.Name)
+	}
+	var claimedBy string
 	err = db.WithTx(ctx, func(tx database.Tx) error {
 		lockID, owner, err := acquire(ctx, tx, tenantID, key)
 		if err != nil {

@@ -145,8 +145,21 @@ WITH a AS (
 )
 SELECT ` + credentialColumns + `, $7::uuid::text AS lock_id FROM a`
 
+// createCredentialWithNewLockSQL is the fast path of
+// CreateRepositoryCredential, as createApplicationWithNewLockSQL.
+const createCredentialWithNewLockSQL = `
+WITH ` + locks.NewLockCTE + `, a AS (
+	INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+	SELECT $3, $4, $5, $1, $6, $7 FROM lock
+	RETURNING *
+), ref AS (
+	INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, lock.id FROM a, lock
+)
+SELECT ` + credentialColumns + `, lock.id::text AS lock_id FROM a, lock`
+
 // CreateRepositoryCredential creates a credential of the tenant and
-// references the tenant's lock on its repository, acquiring it if needed.
+// references the tenant's lock on its repository, acquiring it if needed,
+// with the same fast path as CreateApplication.
 func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (RepositoryCredential, error) {
 	if err := ValidateName(in.Name); err != nil {
 		return RepositoryCredential{}, err
@@ -161,10 +174,16 @@ func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID s
 	if err := validateSecretRef(in.SecretRef); err != nil {
 		return RepositoryCredential{}, err
 	}
-	var (
-		cred      RepositoryCredential
-		claimedBy string
-	)
+	var cred RepositoryCredential
+	err = db.GetContext(ctx, &cred, createCredentialWithNewLockSQL,
+		string(key), normalize.Version, tenantID, in.Name, stored, in.Username, in.SecretRef)
+	if err == nil {
+		return cred, nil
+	}
+	if !database.IsNoRows(err) {
+		return RepositoryCredential{}, mapWriteError(err, "a repository credential", in.Name)
+	}
+	var claimedBy string
 	err = db.WithTx(ctx, func(tx database.Tx) error {
 		lockID, owner, err := acquire(ctx, tx, tenantID, key)
 		if err != nil {

@@ -94,21 +94,28 @@ func validateUserID(id string) error {
 	return nil
 }
 
-// insertLockSQL is the common case, in one round trip: create the lock and its
-// "acquired" event, or do nothing when the URL is taken.
-const insertLockSQL = `
-WITH lock AS (
+// NewLockCTE is the common case of AcquireRepositoryCredentialURL, creating
+// the lock and its "acquired" event, as two common table expressions named
+// lock and lock_event. Statements that create a lock together with the rows
+// that reference it (internal/apps) start with "WITH " + NewLockCTE and
+// select from lock, which is empty when the URL is already taken.
+// Parameters: $1 the normalized key, $2 normalize.Version, $3 the acquiring
+// user's id.
+const NewLockCTE = `lock AS (
 	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
 	VALUES ($1, $2, $3)
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
-), event AS (
+), lock_event AS (
 	INSERT INTO repository_lock_events
 		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
 	SELECT 'acquired', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
 	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
-)
-SELECT id FROM lock`
+)`
+
+// insertLockSQL is the common case in one round trip: create the lock and
+// its "acquired" event, or do nothing when the URL is taken.
+const insertLockSQL = `WITH ` + NewLockCTE + ` SELECT id FROM lock`
 
 // ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
 // it, so that it cannot be released before the caller's transaction ends.
