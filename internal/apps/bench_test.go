@@ -36,7 +36,7 @@ const (
 	benchOps           = 10000 // a, a', b, c
 	benchCreateOps     = 6000  // d, e
 	benchRounds        = 5
-	benchSequentialOps = 1000// per phase, one worker: latency without queueing
+	benchSequentialOps = 1000 // per phase, one worker: latency without queueing
 	benchContendedCli  = 64
 	benchContendedURLs = 1000
 	benchContendedOps  = 6400
