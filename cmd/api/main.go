@@ -31,6 +31,7 @@ var commands = map[string]command{
 	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},
 	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs", runReport},
 	"normalize": {"print the lock key of each repository URL", runNormalize},
+	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
 }
 
 // env is what commands share: streams, so tests can capture them.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/users"
+)
+
+// runLocks is the operators' view of ownership locks.
+func runLocks(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "locks", "owner URL... | list USER",
+		"owner: prints who holds the lock on each repository URL (any spelling); exits 1 when a URL is free or invalid.\n"+
+			"list:  prints the locks of a tenant with their reference counts.")
+	var common commonFlags
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 2 || (pos[0] != "owner" && pos[0] != "list") || (pos[0] == "list" && len(pos) != 2) {
+		fs.Usage()
+		return errUsage
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	switch pos[0] {
+	case "owner":
+		fmt.Fprintln(tw, "NORMALIZED URL\tOWNER\tLOCK\tAPPLICATIONS\tCREDENTIALS\tSINCE")
+		failed := 0
+		for i, raw := range pos[1:] {
+			key, err := normalize.RepoURL(raw)
+			if err != nil {
+				failed++
+				fmt.Fprintf(e.stderr, "api locks owner: argument %d: %v\n", i+1, err)
+				continue
+			}
+			o, err := locks.OwnerOf(ctx, db, string(key))
+			if repolock.IsCode(err, repolock.ENotFound) {
+				failed++
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", key)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", o.NormalizedURL, o.UserName, o.LockID, o.Applications, o.Credentials, o.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if failed > 0 {
+			return &exitError{code: 1, err: fmt.Errorf("%d of %d URLs are free or invalid", failed, len(pos)-1)}
+		}
+	case "list":
+		u, err := users.GetByName(ctx, db, pos[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "LOCK\tNORMALIZED URL\tAPPLICATIONS\tCREDENTIALS\tSINCE")
+		for token := ""; ; {
+			page, next, err := locks.List(ctx, db, u.ID, 500, token)
+			if err != nil {
+				return err
+			}
+			for _, l := range page {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.ID, l.NormalizedURL, l.Applications, l.RepositoryCredentials, l.CreatedAt.UTC().Format(time.RFC3339))
+			}
+			if token = next; token == "" {
+				break
+			}
+		}
+		return tw.Flush()
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/users"
+)
+
+func TestLocksCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, url := dbtest.NewWithURL(t)
+	alice, _, err := users.Create(ctx, db, "alice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/acme/web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "git@github.com:acme/web.git", SecretRef: "vault://w"}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		e := &env{stdout: &out, stderr: &errb, getenv: func(k string) string {
+			if k == "DATABASE_URL" {
+				return url
+			}
+			return ""
+		}}
+		code := run(ctx, e, args)
+		return code, out.String(), errb.String()
+	}
+
+	code, out, errOut := run("locks", "owner", "ssh://git@GitHub.com/acme/web.git")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "NORMALIZED URL") ||
+		strings.Join(strings.Fields(lines[1])[:5], " ") != "github.com/acme/web alice "+app.LockID+" 1 1" {
+		t.Fatalf("owner: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = run("locks", "owner", "https://github.com/acme/free", "https://tok:SECRET@/bad")
+	if code != 1 || !strings.Contains(out, "github.com/acme/free  ") || !strings.Contains(errOut, "argument 2: invalid repository URL") || strings.Contains(errOut, "SECRET") {
+		t.Fatalf("free and invalid: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = run("locks", "list", "alice")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[1])[:4], " ") != app.LockID+" github.com/acme/web 1 1" {
+		t.Fatalf("list: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut = run("locks", "list", "nobody"); code != 1 || !strings.Contains(errOut, `user "nobody" not found`) {
+		t.Fatalf("list unknown: %d %q", code, errOut)
+	}
+	if code, _, _ = run("locks", "frobnicate", "x"); code != 2 {
+		t.Fatalf("usage: %d", code)
+	}
+}
