@@ -36,6 +36,7 @@ func (s *Server) routes() {
 	s.registerAppsRoutes()
 	s.registerGCRoutes()
 	s.registerReportRoutes()
+	s.registerSyncRoutes()
 }
 
 func (s *Server) healthz(c echo.Context) error {

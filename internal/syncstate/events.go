@@ -258,7 +258,9 @@ func applyBatch(ctx context.Context, tx database.Tx, tenantID string, h hostRow,
 // applyBatchSQL: $1 tenant, $2 host id, $3 the host's
 // first_cursor_since_reset, $4..$7 the events' cursors, repos, revs and
 // too_big flags. Revs are cast to COLLATE "C" so the batch's own comparisons
-// (max()) are byte-wise like the columns'. gap_from is the cursor from which
+// (max()) are byte-wise like the columns'. Rows are updated by ctid (a TID
+// scan instead of a second index probe): step 1 locked them, so the versions
+// read here are the ones the UPDATE finds. gap_from is the cursor from which
 // a repository's events are in a gap: -1 when it started in one, else its
 // first reset's cursor (NULL: never).
 const applyBatchSQL = `
@@ -267,7 +269,7 @@ const applyBatchSQL = `
 		FROM unnest($4::bigint[], $5::text[], $6::text[], $7::boolean[]) AS e(cursor, repo, rev, too_big)
 	),
 	fresh AS (
-		SELECT ev.cursor, ev.rev, ev.too_big, r.id,
+		SELECT ev.cursor, ev.rev, ev.too_big, r.id, r.ctid AS tid,
 			r.host_id <> $2::uuid AS moved,
 			r.first_cursor_since_reset < $3
 				OR GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL AS behind,
@@ -290,7 +292,7 @@ const applyBatchSQL = `
 		FROM classified c
 	),
 	per_repo AS (
-		SELECT id,
+		SELECT id, min(tid) AS tid,
 			count(*) FILTER (WHERE resets OR gap_from IS NULL OR cursor < gap_from) AS applied,
 			bool_or(n = 1 AND moved) AS moved,
 			max(rev) FILTER (WHERE resets) AS first_rev,
@@ -308,7 +310,7 @@ const applyBatchSQL = `
 			last_firehose_rev = COALESCE(p.firehose_rev, r.last_firehose_rev),
 			updated_at = now()
 		FROM per_repo p
-		WHERE r.id = p.id
+		WHERE r.ctid = p.tid
 		RETURNING p.applied
 	)
 	SELECT COALESCE(sum(applied), 0) FROM updated`
