@@ -212,6 +212,9 @@ func TestSyncAPI(t *testing.T) {
 	if n := len(all["items"].([]any)); n != 4 || all["next_page_token"] != "" {
 		t.Fatalf("all repositories: %d items, next %q", n, all["next_page_token"])
 	}
+	if empty := e.must(http.StatusOK, http.MethodGet, "/v1/sync/repos?needs_index=true&host=other.example", tok, nil); empty["items"] == nil || len(empty["items"].([]any)) != 0 {
+		t.Fatalf("an empty list must be [], got %v", empty)
+	}
 	hosts := e.must(http.StatusOK, http.MethodGet, "/v1/sync/hosts?page_size=1", tok, nil)
 	if items := hosts["items"].([]any); len(items) != 1 || items[0].(map[string]any)["name"] != "other.example" || hosts["next_page_token"] == "" {
 		t.Fatalf("hosts page %v", hosts)

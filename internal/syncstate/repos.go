@@ -209,6 +209,9 @@ func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts List
 	if err != nil {
 		return nil, "", err
 	}
+	if out == nil {
+		out = []Repository{} // an empty list, not null, in JSON
+	}
 	for i := range out {
 		out[i].NeedsIndex = out[i].Reason != ReasonNone
 	}
