@@ -116,7 +116,7 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 	// fail returns err, unless the repository is gone by now: then that.
 	fail := func(err error) (Commit, error) {
 		if len(written) > 0 {
-			if verr := s.verifyLive(ctx, in, undo); verr != nil && !repolock.IsCode(verr, repolock.EInternal) {
+			if verr := s.verifyLive(ctx, in, undo); repolock.IsCode(verr, repolock.ENotFound) || repolock.IsCode(verr, repolock.EGone) {
 				return Commit{}, verr
 			}
 		}
