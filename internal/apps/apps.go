@@ -217,7 +217,7 @@ func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in
 		return Application{}, err
 	}
 	var app Application
-	err = db.GetContext(ctx, &app, createApplicationWithNewLockSQL,
+	err = db.GetPrepared(ctx, &app, createApplicationWithNewLockSQL,
 		string(key), normalize.Version, tenantID, in.Name, stored, in.Path, in.TargetRevision)
 	if err == nil {
 		return app, nil

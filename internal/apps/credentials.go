@@ -175,7 +175,7 @@ func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID s
 		return RepositoryCredential{}, err
 	}
 	var cred RepositoryCredential
-	err = db.GetContext(ctx, &cred, createCredentialWithNewLockSQL,
+	err = db.GetPrepared(ctx, &cred, createCredentialWithNewLockSQL,
 		string(key), normalize.Version, tenantID, in.Name, stored, in.Username, in.SecretRef)
 	if err == nil {
 		return cred, nil

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -28,6 +29,8 @@ type DB struct {
 	// retry controls Transact's retries of serialization failures and
 	// deadlocks.
 	retry RetryPolicy
+	// stmts caches prepared statements by query text (stmt.go).
+	stmts sync.Map
 }
 
 // PoolConfig sets the pool's limits. Zero values select the defaults.

@@ -165,7 +165,7 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acq
 		return "", false, "", err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		err := q.GetContext(ctx, &lockID, insertLockSQL, key, normalize.Version, acquiringUser)
+		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, acquiringUser)
 		if err == nil {
 			return lockID, true, "", nil
 		}
@@ -174,14 +174,14 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acq
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
-		err = q.GetContext(ctx, &lockID, ownLockSQL, key, acquiringUser)
+		err = get(ctx, q, &lockID, ownLockSQL, key, acquiringUser)
 		if err == nil {
 			return lockID, true, "", nil
 		}
 		if !database.IsNoRows(err) {
 			return "", false, "", database.MapError(err)
 		}
-		err = q.GetContext(ctx, &owner, deniedSQL, key, acquiringUser)
+		err = get(ctx, q, &owner, deniedSQL, key, acquiringUser)
 		if err == nil {
 			return "", false, owner, nil
 		}
@@ -191,6 +191,15 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acq
 	}
 	return "", false, "", repolock.Errorf(repolock.EConflict,
 		"the lock on %s changed hands %d times while acquiring it; try again", key, maxAcquireAttempts)
+}
+
+// get runs a one-row query: through the pool's prepared statement (one round
+// trip, cached plan) when q is the pool, through q otherwise.
+func get(ctx context.Context, q database.Querier, dest any, query string, args ...any) error {
+	if db, ok := q.(*database.DB); ok {
+		return db.GetPrepared(ctx, dest, query, args...)
+	}
+	return q.GetContext(ctx, dest, query, args...)
 }
 
 func mapAcquireError(err error) error {

@@ -123,6 +123,11 @@ func List(ctx context.Context, q database.Querier) ([]User, error) {
 	return us, database.MapError(err)
 }
 
+const authenticateSQL = `
+	SELECT u.id, u.name, u.display_name, u.created_at
+	FROM api_tokens t JOIN cluster_users u ON u.id = t.cluster_user_id
+	WHERE t.token_hash = $1 AND t.revoked_at IS NULL`
+
 // Authenticate returns the tenant that owns a valid, unrevoked token. The
 // lookup is by hash, so the database never compares secrets and the time it
 // takes does not depend on how much of a guess was right.
@@ -131,10 +136,12 @@ func Authenticate(ctx context.Context, q database.Querier, token string) (User, 
 		return User{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 	}
 	var u User
-	err := q.GetContext(ctx, &u, `
-		SELECT u.id, u.name, u.display_name, u.created_at
-		FROM api_tokens t JOIN cluster_users u ON u.id = t.cluster_user_id
-		WHERE t.token_hash = $1 AND t.revoked_at IS NULL`, HashToken(token))
+	var err error
+	if db, ok := q.(*database.DB); ok {
+		err = db.GetPrepared(ctx, &u, authenticateSQL, HashToken(token))
+	} else {
+		err = q.GetContext(ctx, &u, authenticateSQL, HashToken(token))
+	}
 	if err != nil {
 		if database.IsNoRows(err) {
 			return User{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
