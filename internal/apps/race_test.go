@@ -22,7 +22,7 @@ import (
 func TestCreateRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
+	db := newRaceDB(t)
 	const (
 		tenants      = 10
 		perTenant    = 20
@@ -106,6 +106,15 @@ func TestCreateRace(t *testing.T) {
 	t.Logf("%d repositories, %d applications created, %d claims refused", len(owners), created, claimed)
 }
 
+// newRaceDB is a test database whose pool is capped at 16 connections: 16
+// concurrent transactions are plenty of contention on this machine, and
+// Postgres' max_connections is shared by every test process.
+func newRaceDB(t *testing.T) *database.DB {
+	db := dbtest.New(t)
+	db.SetMaxOpenConns(16)
+	return db
+}
+
 // churnResult counts what the churning goroutines saw.
 type churnResult struct {
 	created, deleted, claimed atomic.Int64
@@ -148,7 +157,7 @@ func TestChurn(t *testing.T) {
 	// and every create and delete succeeds.
 	t.Run("owner alone", func(t *testing.T) {
 		t.Parallel()
-		db := dbtest.New(t)
+		db := newRaceDB(t)
 		alice := newTenant(t, db, "alice")
 		var res churnResult
 		var wg sync.WaitGroup
@@ -177,7 +186,7 @@ func TestChurn(t *testing.T) {
 	// time: the other tenant never wins, and the owner never fails.
 	t.Run("anchored", func(t *testing.T) {
 		t.Parallel()
-		db := dbtest.New(t)
+		db := newRaceDB(t)
 		alice := newTenant(t, db, "alice")
 		bob := newTenant(t, db, "bob")
 		anchor, err := apps.CreateApplication(context.Background(), db, alice.ID, apps.NewApplication{Name: "anchor", RepoURL: "https://github.com/churn/repo-0"})
@@ -232,7 +241,7 @@ func TestChurn(t *testing.T) {
 	// then. Afterwards the owner's creates are refused naming the winner.
 	t.Run("contested", func(t *testing.T) {
 		t.Parallel()
-		db := dbtest.New(t)
+		db := newRaceDB(t)
 		alice := newTenant(t, db, "alice")
 		bob := newTenant(t, db, "bob")
 		var res churnResult
@@ -286,7 +295,7 @@ func TestChurn(t *testing.T) {
 func TestUpdateDeleteRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
+	db := newRaceDB(t)
 	alice := newTenant(t, db, "alice")
 	const n = 40
 	ids := make([]string, n)

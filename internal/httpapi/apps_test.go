@@ -27,6 +27,7 @@ type lkEnv struct {
 func newLkEnv(t *testing.T) *lkEnv {
 	t.Helper()
 	db := dbtest.New(t)
+	db.SetMaxOpenConns(16) // max_connections is shared by every test process
 	srv, err := httpapi.New(httpapi.Config{
 		DB:         db,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -167,6 +167,10 @@ func TestAcquireRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	// 16 concurrent transactions are plenty of contention on this machine;
+	// more would eat into Postgres' max_connections, which every test
+	// process shares.
+	db.SetMaxOpenConns(16)
 	const tenants, perTenant, urls = 8, 4, 50
 	us := make([]users.User, tenants)
 	for i := range us {
