@@ -361,7 +361,22 @@ func TestUserCLI(t *testing.T) {
 	var leaked int
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM api_tokens WHERE position($1::bytea in token_hash) > 0`, []byte(token)).Scan(&leaked); err != nil || leaked != 0 {
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM api_tokens t WHERE t::text LIKE '%' || $1 || '%'`, token).Scan(&leaked); err != nil || leaked != 0 {
 		t.Fatalf("token stored in clear: %d %v", leaked, err)
+	}
+	var hashed int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM api_tokens WHERE token_hash = sha256(convert_to($1, 'UTF8'))`, token).Scan(&hashed); err != nil || hashed != 1 {
+		t.Fatalf("token not stored as its SHA-256: %d %v", hashed, err)
+	}
+	// Deleting the tenant locks its token out.
+	out, errOut, code = runCLI(t, s.DatabaseURL, "user", "delete", "carol")
+	if code != 0 || !strings.Contains(out, `"user":"carol"`) {
+		t.Fatalf("user delete: %d %q %q", code, out, errOut)
+	}
+	if status, _ := s.do(t, "GET", "/v1/me", token, nil); status != 401 {
+		t.Fatalf("deleted tenant's token: %d", status)
+	}
+	if _, _, code := runCLI(t, s.DatabaseURL, "user", "delete", "carol"); code != 1 {
+		t.Fatalf("deleting a missing tenant: exit %d, want 1", code)
 	}
 }

@@ -2,19 +2,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/users"
 )
 
 func runUser(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "user", "create NAME | list | token NAME | revoke NAME",
+	fs := newFlagSet(e, "user", "create NAME | list | token NAME | revoke NAME | delete NAME",
 		"create: creates a tenant and prints its token once.\n"+
 			"list:   lists tenants.\n"+
 			"token:  issues one more token for a tenant and prints it once.\n"+
-			"revoke: revokes every token of a tenant.")
+			"revoke: revokes every token of a tenant.\n"+
+			"delete: deletes a tenant with its applications, credentials and tokens and releases\n"+
+			"        its locks, in one transaction; prints what was removed as JSON.")
 	var common commonFlags
 	display := fs.String("display-name", "", "with create: the tenant's display name")
 	common.register(fs, e)
@@ -27,7 +31,7 @@ func runUser(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	action, rest := pos[0], pos[1:]
-	wantArgs := map[string]int{"create": 1, "list": 0, "token": 1, "revoke": 1}
+	wantArgs := map[string]int{"create": 1, "list": 0, "token": 1, "revoke": 1, "delete": 1}
 	n, ok := wantArgs[action]
 	if !ok || len(rest) != n {
 		fs.Usage()
@@ -69,6 +73,12 @@ func runUser(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "revoked %d token(s) of %s\n", n, rest[0])
+	case "delete":
+		d, err := apps.DeleteTenant(ctx, db, rest[0])
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(e.stdout).Encode(d)
 	}
 	return nil
 }

@@ -220,6 +220,11 @@ func TestMapErrorRealPostgresErrors(t *testing.T) {
 			}
 		})
 	}
+	for _, code := range []string{"53300", "57P01", "57P03", "08006"} {
+		if got := repolock.ErrorCode(database.MapError(&pq.Error{Code: pq.ErrorCode(code)})); got != repolock.EUnavailable {
+			t.Errorf("%s maps to %q, want unavailable", code, got)
+		}
+	}
 	if database.MapError(nil) != nil {
 		t.Fatal("MapError(nil) != nil")
 	}

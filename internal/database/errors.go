@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 
 	"github.com/lib/pq"
@@ -23,6 +24,9 @@ const (
 	CodeDeadlockDetected     = "40P01"
 	CodeLockNotAvailable     = "55P03"
 	CodeQueryCanceled        = "57014"
+	CodeTooManyConnections   = "53300"
+	CodeAdminShutdown        = "57P01"
+	CodeCannotConnectNow     = "57P03"
 )
 
 // PQCode returns the SQLSTATE of the first *pq.Error in err's chain, or "".
@@ -87,6 +91,15 @@ func MapError(err error) error {
 		return repolock.Wrap(repolock.EConflict, err, "the change conflicted with a concurrent change; try again")
 	case CodeQueryCanceled:
 		return repolock.Wrap(repolock.ETimeout, err, "the operation timed out")
+	case CodeTooManyConnections, CodeAdminShutdown, CodeCannotConnectNow:
+		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
+	}
+	// Class 08: connection exceptions.
+	if c := PQCode(err); len(c) == 5 && c[:2] == "08" {
+		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
+	}
+	if errors.Is(err, driver.ErrBadConn) {
+		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
 	}
 	return err
 }

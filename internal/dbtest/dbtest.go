@@ -49,6 +49,9 @@ func AdminURL() string {
 	return DefaultAdminURL
 }
 
+// PoolSize is the size of the pools New and NewWithURL open.
+const PoolSize = 16
+
 var (
 	templateOnce sync.Once
 	templateName string
@@ -69,7 +72,10 @@ func NewWithURL(t testing.TB) (*database.DB, string) {
 	t.Helper()
 	dbURL := NewDatabase(t, true)
 	ctx := context.Background()
-	db, err := database.Open(ctx, dbURL, database.PoolConfig{MaxOpenConns: 40, MaxIdleConns: 40})
+	// Packages and parallel tests each hold a pool: keep them small enough
+	// that a whole `go test ./...` stays under Postgres' default 100
+	// connections. Goroutines beyond the pool size queue for a connection.
+	db, err := database.Open(ctx, dbURL, database.PoolConfig{MaxOpenConns: PoolSize, MaxIdleConns: PoolSize})
 	if err != nil {
 		t.Fatalf("dbtest: open test database: %v", err)
 	}
