@@ -197,7 +197,9 @@ type Run struct {
 	Scanned int64 `json:"scanned"`
 	// Deleted counts the locks collected (0 in a dry run).
 	Deleted int64 `json:"deleted"`
-	Batches int   `json:"batches"`
+	// Batches counts the batch transactions that found unreferenced locks
+	// (old enough or not).
+	Batches int `json:"batches"`
 	// WouldCollect lists the first DryRunSampleLimit candidates of a dry run.
 	WouldCollect []Candidate `json:"would_collect,omitempty"`
 	// Cleaner holds the repository Cleaner's figures when it ran.
