@@ -11,7 +11,7 @@ import (
 
 // TestBatchMatchesOneByOne drives two tenants with the same random
 // operations: one applies events with the set-based ApplyEvents, the other
-// with one upsert per event, and a plain Go model of the rule runs alongside.
+// with one UPDATE per event, and a plain Go model of the rule runs alongside.
 // After every operation all three must agree on every indicator, the
 // needs-index reason and the applied/ignored counts. Operations cover
 // replays, out-of-order revs, too_big, resets with and without a first

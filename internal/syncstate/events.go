@@ -2,6 +2,7 @@ package syncstate
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/lib/pq"
 
@@ -59,7 +60,7 @@ func (s *Store) ApplyEvents(ctx context.Context, tenantID, host string, events [
 	return s.applyEvents(ctx, tenantID, host, events, applyBatch)
 }
 
-// applyEventsOneByOne is ApplyEvents with one upsert per event.
+// applyEventsOneByOne is ApplyEvents with one UPDATE per event.
 func (s *Store) applyEventsOneByOne(ctx context.Context, tenantID, host string, events []Event) (EventsResult, error) {
 	return s.applyEvents(ctx, tenantID, host, events, applyOneByOne)
 }
@@ -150,94 +151,146 @@ func dropInBatchReplays(events []Event) []Event {
 	return out
 }
 
-// applyOneByOne: one upsert per event, in order.
+// applyOneByOne: one UPDATE per event, in order. An event that updates
+// nothing is a replay, an event in a gap, or the first event of a new
+// repository: an INSERT ... ON CONFLICT DO NOTHING creates the latter, and
+// when a concurrent batch created it first the UPDATE runs again.
 func applyOneByOne(ctx context.Context, tx database.Tx, tenantID string, h hostRow, events []Event) (int, error) {
-	stmt, err := tx.PrepareContext(ctx, applyOneEventSQL)
+	update, err := tx.PrepareContext(ctx, applyOneEventSQL)
 	if err != nil {
 		return 0, database.MapError(err)
 	}
-	defer stmt.Close()
-	applied := 0
-	for _, e := range events {
-		r, err := stmt.ExecContext(ctx, tenantID, e.Repo, h.ID, h.FirstCursorSinceReset, e.Rev, e.TooBig)
+	defer update.Close()
+	insert, err := tx.PrepareContext(ctx, insertFirstEventSQL)
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	defer insert.Close()
+	exec := func(stmt *sql.Stmt, args ...any) (int64, error) {
+		r, err := stmt.ExecContext(ctx, args...)
 		if err != nil {
 			return 0, database.MapError(err)
 		}
 		n, err := r.RowsAffected()
+		return n, database.MapError(err)
+	}
+	applied := 0
+	for _, e := range events {
+		n, err := exec(update, tenantID, e.Repo, h.ID, h.FirstCursorSinceReset, e.Rev, e.TooBig)
+		if err == nil && n == 0 {
+			n, err = exec(insert, tenantID, e.Repo, h.ID, h.FirstCursorSinceReset, e.Rev)
+			if err == nil && n == 0 {
+				n, err = exec(update, tenantID, e.Repo, h.ID, h.FirstCursorSinceReset, e.Rev, e.TooBig)
+			}
+		}
 		if err != nil {
-			return 0, database.MapError(err)
+			return 0, err
 		}
 		applied += int(n)
 	}
 	return applied, nil
 }
 
-// applyOneEventSQL is the per-event rule as one upsert: $1 tenant, $2 repo,
+// applyOneEventSQL is the per-event rule as one UPDATE: $1 tenant, $2 repo,
 // $3 host id, $4 the host's first_cursor_since_reset, $5 rev, $6 too_big.
 // The WHERE clause skips replays (rule 1) and events in a gap (rule 4), so
 // the row count is 1 for an event that changed the repository and 0
-// otherwise.
+// otherwise (or when the repository does not exist yet).
 const applyOneEventSQL = `
-	INSERT INTO sync_repositories AS r
-		(cluster_user_id, repo, host_id, first_cursor_since_reset, first_rev_since_reset)
-	VALUES ($1, $2, $3, $4, $5)
-	ON CONFLICT (cluster_user_id, repo) DO UPDATE SET
-		host_id = EXCLUDED.host_id,
+	UPDATE sync_repositories r SET
+		host_id = $3,
 		first_cursor_since_reset = CASE
-			WHEN r.host_id <> EXCLUDED.host_id THEN EXCLUDED.first_cursor_since_reset
-			ELSE GREATEST(r.first_cursor_since_reset, EXCLUDED.first_cursor_since_reset) END,
+			WHEN r.host_id <> $3 THEN $4
+			ELSE GREATEST(r.first_cursor_since_reset, $4) END,
 		first_rev_since_reset = CASE
-			WHEN $6 OR r.host_id <> EXCLUDED.host_id
-				OR r.first_cursor_since_reset < EXCLUDED.first_cursor_since_reset
+			WHEN $6 OR r.host_id <> $3 OR r.first_cursor_since_reset < $4
 				OR GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL
-			THEN EXCLUDED.first_rev_since_reset
+			THEN $5
 			ELSE r.first_rev_since_reset END,
 		last_firehose_rev = CASE
-			WHEN $6 OR r.host_id <> EXCLUDED.host_id
-				OR r.first_cursor_since_reset < EXCLUDED.first_cursor_since_reset
+			WHEN $6 OR r.host_id <> $3 OR r.first_cursor_since_reset < $4
 				OR GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL
 			THEN r.last_firehose_rev
-			ELSE EXCLUDED.first_rev_since_reset END,
+			ELSE $5 END,
 		updated_at = now()
-	WHERE (GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL
-			OR EXCLUDED.first_rev_since_reset > GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev))
-		AND ($6 OR r.host_id <> EXCLUDED.host_id
-			OR r.first_cursor_since_reset < EXCLUDED.first_cursor_since_reset
+	WHERE r.cluster_user_id = $1 AND r.repo = $2
+		AND (GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL
+			OR $5 > GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev))
+		AND ($6 OR r.host_id <> $3 OR r.first_cursor_since_reset < $4
 			OR GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL
 			OR r.first_rev_since_reset IS NULL
 			OR GREATEST(r.last_indexed_rev, r.last_firehose_rev) >= r.first_rev_since_reset)`
 
-// applyBatch applies the whole batch with two set-based statements.
+// insertFirstEventSQL creates a repository from its first event (rule 3:
+// new): $1 tenant, $2 repo, $3 host id, $4 the host's
+// first_cursor_since_reset, $5 rev.
+const insertFirstEventSQL = `
+	INSERT INTO sync_repositories (cluster_user_id, repo, host_id, first_cursor_since_reset, first_rev_since_reset)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (cluster_user_id, repo) DO NOTHING`
+
+// applyBatch applies the whole batch with one set-based statement,
+// applyBatchSQL, in the common case where every repository of the batch
+// already exists, and with two otherwise.
 //
-// Within the batch (after dropInBatchReplays) each repository's revs
-// increase, so its events that are not replays of stored revs (v > seen)
-// form a suffix of its events. Call the first of them "first". An event
-// records a reset ("resets") when it is too_big, or when it is first and the
-// repository moved, is behind its host's cursor or is new (rules 2 and 3).
-// Once a reset is recorded, or when the repository started in a gap, every
-// later event is in a gap (rule 4): only too_big ones still record a reset.
-// Before that, events advance last_firehose_rev (rule 5). Revs increase, so
-// the final first_rev_since_reset is the largest rev of the events that
-// reset, and the final last_firehose_rev the largest of the events before
-// the gap began.
+// applyBatchSQL locks the batch's repositories in repo order (SELECT ... FOR
+// NO KEY UPDATE, which in READ COMMITTED returns each row's latest version
+// once locked), computes every repository's end state from the events and
+// updates each row once. When some repositories do not exist yet it updates
+// nothing and reports how many it found; the savepoint is then rolled back,
+// which releases the row locks it took, and one INSERT ... ON CONFLICT pass
+// creates the missing repositories and locks all of them, again in repo
+// order, before applyBatchSQL runs again. Either way a transaction takes its
+// row locks in a single pass in repo order, as listings do (index results
+// lock one row), so writers cannot deadlock; taking locks on existing rows
+// first and creating new ones after would (a listing holding an existing row
+// while waiting for a row this batch is creating).
+//
+// The computation: within the batch (after dropInBatchReplays) each
+// repository's revs increase, so its events that are not replays of stored
+// revs (v > seen) form a suffix of its events. Call the first of them
+// "first". An event records a reset ("resets") when it is too_big, or when it
+// is first and the repository moved, is behind its host's cursor or is new
+// (rules 2 and 3). Once a reset is recorded, or when the repository started
+// in a gap, every later event is in a gap (rule 4): only too_big ones still
+// record a reset. Before that, events advance last_firehose_rev (rule 5).
+// Revs increase, so the final first_rev_since_reset is the largest rev of
+// the events that reset, and the final last_firehose_rev the largest of the
+// events before the gap began.
 func applyBatch(ctx context.Context, tx database.Tx, tenantID string, h hostRow, events []Event) (int, error) {
 	cursors := make(pq.Int64Array, len(events))
 	repos := make(pq.StringArray, len(events))
 	revs := make(pq.StringArray, len(events))
 	tooBig := make(pq.BoolArray, len(events))
+	distinct := make(map[string]struct{}, len(events))
 	for i, e := range events {
 		cursors[i], repos[i], revs[i], tooBig[i] = e.Cursor, e.Repo, e.Rev, e.TooBig
+		distinct[e.Repo] = struct{}{}
+	}
+	apply := func() (found, applied int, err error) {
+		var out struct {
+			Found   int `db:"found"`
+			Applied int `db:"applied"`
+		}
+		err = tx.GetContext(ctx, &out, applyBatchSQL,
+			tenantID, h.ID, h.FirstCursorSinceReset, cursors, repos, revs, tooBig, len(distinct))
+		return out.Found, out.Applied, database.MapError(err)
 	}
 
-	// 1. Create the repositories seen for the first time, as rows with no
-	// rev (rule 3: "no rev recorded" resets), and lock every repository of
-	// the batch, in one pass in repo order. ON CONFLICT DO UPDATE ... WHERE
-	// false locks an existing row without writing it, and waits for a
-	// concurrent transaction creating the same repository. Listings lock
-	// in the same order and index results lock one row, so no two writers
-	// can deadlock. Holding the locks before step 2 also means step 2's
-	// snapshot sees the rows as they will be updated; without them, a
-	// commit between its snapshot and its row update would be lost.
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT syncstate_batch`); err != nil {
+		return 0, database.MapError(err)
+	}
+	found, applied, err := apply()
+	if err != nil || found == len(distinct) {
+		return applied, err
+	}
+	if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT syncstate_batch`); err != nil {
+		return 0, database.MapError(err)
+	}
+	// New repositories are created as rows with no rev (rule 3: "no rev
+	// recorded" resets). ON CONFLICT DO UPDATE ... WHERE false locks an
+	// existing row without writing it, and waits for a concurrent
+	// transaction creating the same repository.
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO sync_repositories AS r (cluster_user_id, repo, host_id, first_cursor_since_reset)
 		SELECT $1, n.repo, $2, $3
@@ -247,29 +300,41 @@ func applyBatch(ctx context.Context, tx database.Tx, tenantID string, h hostRow,
 		tenantID, h.ID, h.FirstCursorSinceReset, repos); err != nil {
 		return 0, database.MapError(err)
 	}
-
-	// 2. Apply.
-	var applied int
-	err := tx.GetContext(ctx, &applied, applyBatchSQL,
-		tenantID, h.ID, h.FirstCursorSinceReset, cursors, repos, revs, tooBig)
-	return applied, database.MapError(err)
+	found, applied, err = apply()
+	if err == nil && found != len(distinct) {
+		// Only a concurrent deletion of the tenant or host removes rows.
+		return 0, repolock.Errorf(repolock.EConflict, "repositories of the batch were deleted concurrently; retry")
+	}
+	return applied, err
 }
 
 // applyBatchSQL: $1 tenant, $2 host id, $3 the host's
 // first_cursor_since_reset, $4..$7 the events' cursors, repos, revs and
-// too_big flags. Revs are cast to COLLATE "C" so the batch's own comparisons
-// (max()) are byte-wise like the columns'. Rows are updated by ctid (a TID
-// scan instead of a second index probe): step 1 locked them, so the versions
-// read here are the ones the UPDATE finds. gap_from is the cursor from which
-// a repository's events are in a gap: -1 when it started in one, else its
-// first reset's cursor (NULL: never).
+// too_big flags, $8 the number of distinct repositories. Revs are cast to
+// COLLATE "C" so the batch's own comparisons (max()) are byte-wise like the
+// columns'. The UPDATE joins by id, not ctid: a row version committed after
+// the statement's snapshot and before the lock is found through the
+// snapshot's version and followed (EvalPlanQual). gap_from is the cursor from
+// which a repository's events are in a gap: -1 when it started in one, else
+// its first reset's cursor (NULL: never).
 const applyBatchSQL = `
 	WITH ev AS (
 		SELECT e.cursor, e.repo COLLATE "C" AS repo, e.rev COLLATE "C" AS rev, e.too_big
 		FROM unnest($4::bigint[], $5::text[], $6::text[], $7::boolean[]) AS e(cursor, repo, rev, too_big)
 	),
+	cur AS (
+		SELECT r.id, r.repo, r.host_id, r.first_cursor_since_reset,
+			r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev
+		FROM sync_repositories r
+		WHERE r.cluster_user_id = $1 AND r.repo = ANY($5::text[])
+		ORDER BY r.repo
+		FOR NO KEY UPDATE
+	),
+	found AS (
+		SELECT count(*) AS n FROM cur
+	),
 	fresh AS (
-		SELECT ev.cursor, ev.rev, ev.too_big, r.id, r.ctid AS tid,
+		SELECT ev.cursor, ev.rev, ev.too_big, r.id,
 			r.host_id <> $2::uuid AS moved,
 			r.first_cursor_since_reset < $3
 				OR GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL AS behind,
@@ -277,7 +342,7 @@ const applyBatchSQL = `
 				AND (GREATEST(r.last_indexed_rev, r.last_firehose_rev) IS NULL
 					OR GREATEST(r.last_indexed_rev, r.last_firehose_rev) < r.first_rev_since_reset) AS in_gap,
 			row_number() OVER (PARTITION BY r.id ORDER BY ev.cursor) AS n
-		FROM ev JOIN sync_repositories r ON r.cluster_user_id = $1 AND r.repo = ev.repo
+		FROM ev JOIN cur r ON r.repo = ev.repo
 		WHERE GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev) IS NULL
 			OR ev.rev > GREATEST(r.last_indexed_rev, r.first_rev_since_reset, r.last_firehose_rev)
 	),
@@ -292,7 +357,7 @@ const applyBatchSQL = `
 		FROM classified c
 	),
 	per_repo AS (
-		SELECT id, min(tid) AS tid,
+		SELECT id,
 			count(*) FILTER (WHERE resets OR gap_from IS NULL OR cursor < gap_from) AS applied,
 			bool_or(n = 1 AND moved) AS moved,
 			max(rev) FILTER (WHERE resets) AS first_rev,
@@ -309,8 +374,8 @@ const applyBatchSQL = `
 			first_rev_since_reset = COALESCE(p.first_rev, r.first_rev_since_reset),
 			last_firehose_rev = COALESCE(p.firehose_rev, r.last_firehose_rev),
 			updated_at = now()
-		FROM per_repo p
-		WHERE r.ctid = p.tid
+		FROM per_repo p, found
+		WHERE r.id = p.id AND found.n = $8
 		RETURNING p.applied
 	)
-	SELECT COALESCE(sum(applied), 0) FROM updated`
+	SELECT (SELECT n FROM found) AS found, COALESCE((SELECT sum(applied) FROM updated), 0) AS applied`
