@@ -149,7 +149,7 @@ func BenchmarkGlobalGC(b *testing.B) {
 
 func openBenchDB(b *testing.B, u string) *database.DB {
 	b.Helper()
-	db, err := database.Open(context.Background(), u, database.PoolConfig{MaxOpenConns: benchClients + 8, MaxIdleConns: benchClients + 8})
+	db, err := database.Open(context.Background(), u, database.PoolConfig{MaxOpenConns: benchClients + 4, MaxIdleConns: benchClients + 4})
 	if err != nil {
 		b.Fatal(err)
 	}
