@@ -12,17 +12,18 @@
 // minute) and, at the time it is deleted, no reference row points at it.
 // Each batch runs in its own READ COMMITTED transaction:
 //
-//  1. SELECT ... FOR UPDATE SKIP LOCKED picks up to BatchSize unreferenced
-//     locks past a keyset cursor. A request that is creating a reference holds
-//     a row lock on the lock row (the foreign key check takes FOR KEY SHARE,
-//     and acquiring an existing lock with INSERT ... ON CONFLICT DO UPDATE
-//     takes FOR UPDATE), so such rows are skipped: never waited on, never
-//     failed.
+//  1. One statement finds the next BatchSize unreferenced locks past a
+//     keyset cursor (an index-only scan, no locks) and locks those older than
+//     the minimum age with FOR UPDATE SKIP LOCKED. A request that is creating
+//     a reference holds a row lock on the lock row (the foreign key check
+//     takes FOR KEY SHARE, and internal/locks takes it explicitly when it
+//     re-acquires an existing lock), so such rows are skipped: never waited
+//     on, never failed.
 //  2. DELETE ... WHERE id = ANY(batch) AND NOT EXISTS (...) AND NOT EXISTS
 //     (...) runs with a fresh snapshot, after GC holds the row locks: it sees
 //     every reference committed before the locks were taken, and no new
-//     reference can be written while GC holds them (the foreign key check of
-//     the writer waits, then fails over to a new lock).
+//     reference can be written while GC holds them (the writer waits, then
+//     finds the lock gone and acquires a fresh one).
 //  3. The foreign keys (NO ACTION) stay the final guard: if the DELETE still
 //     violates one, the batch is rolled back and retried lock by lock, and
 //     only the locks that are really referenced are kept.
