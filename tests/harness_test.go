@@ -276,8 +276,10 @@ func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "DATABASE_URL", "ADMIN_TOKEN", "LISTEN_ADDR", "MIGRATE_ON_START", "LOG_LEVEL", "LOG_FORMAT", "GC_INTERVAL":
+		switch {
+		case k == "DATABASE_URL", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
+			k == "LOG_LEVEL", k == "LOG_FORMAT", k == "REQUEST_TIMEOUT", k == "SHUTDOWN_TIMEOUT",
+			strings.HasPrefix(k, "GC_"):
 			continue
 		}
 		env = append(env, kv)
