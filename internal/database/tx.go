@@ -46,7 +46,7 @@ func (db *DB) Transact(ctx context.Context, opts TxOptions, fn func(tx Tx) error
 		if err == nil || !IsRetryable(err) || attempt >= p.MaxAttempts {
 			break
 		}
-		if werr := sleep(ctx, backoff(p, attempt)); werr != nil {
+		if werr := SleepContext(ctx, p.Delay(attempt)); werr != nil {
 			return MapError(fmt.Errorf("%w (after %d attempts, last error: %v)", werr, attempt, err))
 		}
 	}
@@ -83,8 +83,9 @@ func (db *DB) transactOnce(ctx context.Context, opts TxOptions, fn func(tx Tx) e
 	return nil
 }
 
-// backoff returns a full-jitter delay for the given (1-based) failed attempt.
-func backoff(p RetryPolicy, attempt int) time.Duration {
+// Delay returns the full-jitter backoff before retrying after the given
+// (1-based) failed attempt: uniform in (0, min(BaseDelay*2^(attempt-1), MaxDelay)].
+func (p RetryPolicy) Delay(attempt int) time.Duration {
 	d := p.BaseDelay << min(attempt-1, 20)
 	if d <= 0 || d > p.MaxDelay {
 		d = p.MaxDelay
@@ -95,7 +96,11 @@ func backoff(p RetryPolicy, attempt int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d)) + 1)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// SleepContext waits for d, or until ctx is done (returning its error).
+func SleepContext(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

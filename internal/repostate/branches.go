@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/repostate/kv"
 )
 
@@ -144,7 +145,7 @@ func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commit
 			if attempt >= policy.MaxAttempts {
 				return Branch{}, repolock.Errorf(repolock.EConflict, "branch %q kept moving; gave up after %d attempts, try again", name, attempt)
 			}
-			if err := sleep(ctx, backoff(policy, attempt)); err != nil {
+			if err := database.SleepContext(ctx, policy.Delay(attempt)); err != nil {
 				return Branch{}, err
 			}
 			continue

@@ -5,10 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/repostate/kv"
 )
 
@@ -144,7 +144,7 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 			e.Details = map[string]any{detailAttempts: attempt}
 			return fail(e)
 		}
-		if err := sleep(ctx, backoff(policy, attempt)); err != nil {
+		if err := database.SleepContext(ctx, policy.Delay(attempt)); err != nil {
 			return fail(err)
 		}
 	}
@@ -253,30 +253,4 @@ func (s *Service) Log(ctx context.Context, tenantID, repo, branch, fromID string
 		}
 	}
 	return out, next, nil
-}
-
-// backoff returns a full-jitter delay for the given (1-based) failed attempt.
-func backoff(p RetryPolicy, attempt int) time.Duration {
-	d := p.BaseDelay << min(attempt-1, 20)
-	if d <= 0 || d > p.MaxDelay {
-		d = p.MaxDelay
-	}
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

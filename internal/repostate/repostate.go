@@ -95,12 +95,10 @@ type StagedObject struct {
 	Data []byte `json:"data"`
 }
 
-// RetryPolicy bounds the optimistic retries of branch updates (commits).
-type RetryPolicy struct {
-	MaxAttempts int           // total attempts, including the first
-	BaseDelay   time.Duration // delay before the second attempt
-	MaxDelay    time.Duration // cap of the exponential backoff
-}
+// RetryPolicy bounds the optimistic retries of branch updates (commits):
+// the same policy, with the same capped full-jitter backoff, as the
+// database layer's transaction retries.
+type RetryPolicy = database.RetryPolicy
 
 // DefaultCommitRetry is used when Config.CommitRetry is zero.
 var DefaultCommitRetry = RetryPolicy{MaxAttempts: 20, BaseDelay: 2 * time.Millisecond, MaxDelay: 100 * time.Millisecond}
