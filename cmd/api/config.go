@@ -92,6 +92,30 @@ func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
 	return database.Open(ctx, c.databaseURL, database.PoolConfig{})
 }
 
+// connect returns the logger and an open pool: what every command that
+// talks to the database starts with.
+func (c *commonFlags) connect(ctx context.Context, e *env) (*slog.Logger, *database.DB, error) {
+	logger, err := c.logger(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := c.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return logger, db, nil
+}
+
+// noArgs prints the usage and returns errUsage when positional arguments
+// were given to a command that takes none.
+func noArgs(fs *flag.FlagSet, pos []string) error {
+	if len(pos) != 0 {
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
 func envOr(e *env, key, def string) string {
 	if v := e.getenv(key); v != "" {
 		return v

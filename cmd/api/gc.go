@@ -89,20 +89,15 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return errUsage
+	if err := noArgs(fs, pos); err != nil {
+		return err
 	}
 	if *timeout <= 0 {
 		return &exitError{code: 2, err: errors.New("--timeout must be positive")}
 	}
 	opts := run.options(gc.TriggerCLI)
 	opts.DryRun = *dryRun
-	logger, err := common.logger(e)
-	if err != nil {
-		return err
-	}
-	db, err := common.open(ctx)
+	logger, db, err := common.connect(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -52,11 +52,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	logger, err := common.logger(e)
-	if err != nil {
-		return err
-	}
-	db, err := common.open(ctx)
+	logger, db, err := common.connect(ctx, e)
 	if err != nil {
 		return err
 	}

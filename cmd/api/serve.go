@@ -29,15 +29,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 0 {
-		fs.Usage()
-		return errUsage
-	}
-	logger, err := common.logger(e)
-	if err != nil {
+	if err := noArgs(fs, pos); err != nil {
 		return err
 	}
-	db, err := common.open(ctx)
+	logger, db, err := common.connect(ctx, e)
 	if err != nil {
 		return err
 	}
