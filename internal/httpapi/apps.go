@@ -31,14 +31,6 @@ func (s *Server) registerAppsRoutes() {
 	s.Admin.DELETE("/users/:name", s.deleteUser)
 }
 
-// tenantRoutes adds routes under /v1 with the tenant authentication as route
-// middleware (not as a group's, which would also catch unmatched paths).
-type tenantRoutes struct{ s *Server }
-
-func (t tenantRoutes) add(method, path string, h echo.HandlerFunc) {
-	t.s.V1.Add(method, path, h, t.s.requireTenant)
-}
-
 // applicationRequest is the body of POST and PATCH /v1/applications. Absent
 // fields are nil: PATCH leaves them unchanged, POST treats them as empty.
 type applicationRequest struct {

@@ -98,3 +98,11 @@ func Tenant(c echo.Context) users.User {
 	u, _ := c.Get(ctxKeyTenant).(users.User)
 	return u
 }
+
+// tenantRoutes adds routes under /v1 with the tenant authentication as route
+// middleware (not as a group's, which would also catch unmatched paths).
+type tenantRoutes struct{ s *Server }
+
+func (t tenantRoutes) add(method, path string, h echo.HandlerFunc) {
+	t.s.V1.Add(method, path, h, t.s.requireTenant)
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -115,4 +116,19 @@ func ParseBool(c echo.Context, name string) (bool, error) {
 		return false, repolock.Errorf(repolock.EInvalid, "%s must be true or false", name)
 	}
 	return b, nil
+}
+
+// pathParam returns a path parameter decoded. Echo matches on the escaped
+// path when the request has escapes Go would not produce itself (such as
+// %2F), and then hands out escaped values.
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", repolock.Errorf(repolock.EInvalid, "path parameter %s is not validly escaped", name)
+	}
+	return u, nil
 }

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/base64"
 	"net/http"
-	"net/url"
 
 	"github.com/labstack/echo/v4"
 
@@ -40,21 +39,6 @@ func (s *Server) registerRepositoryRoutes() {
 
 type repoHandlers struct {
 	svc *repostate.Service
-}
-
-// pathParam returns a path parameter decoded. Echo matches on the escaped
-// path when the request has escapes Go would not produce itself (such as
-// %2F), and then hands out escaped values.
-func pathParam(c echo.Context, name string) (string, error) {
-	v := c.Param(name)
-	if c.Request().URL.RawPath == "" {
-		return v, nil
-	}
-	u, err := url.PathUnescape(v)
-	if err != nil {
-		return "", repolock.Errorf(repolock.EInvalid, "path parameter %s is not validly escaped", name)
-	}
-	return u, nil
 }
 
 // nameToken encodes the last name of a page as an opaque page token.
