@@ -142,58 +142,23 @@ func validID(id string) bool {
 	return err == nil
 }
 
-// acquire acquires key for the tenant in tx. claimedBy is the owner's name
-// when another tenant holds it.
-func acquire(ctx context.Context, tx database.Tx, tenantID string, key normalize.Key) (lockID, claimedBy string, err error) {
-	lockID, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
-	if err != nil {
-		return "", "", err
+// applicationRefs is the Application kind of row.
+var applicationRefs = newRefs(refs{
+	noun: "application", what: "an application",
+	table: "applications", refTable: "RepositoryLockApplication", refCol: "application_id",
+	pageKind: locks.KindApplications,
+	repoURL:  repoURL,
+	extra:    [2]column{{"path", validatePath}, {"target_revision", validateRevision}},
+})
+
+func (a Application) fields() fields {
+	return fields{
+		id: a.ID, createdAt: a.CreatedAt,
+		name: a.Name, repoURL: a.RepoURL, normalizedURL: a.NormalizedURL,
+		extra:  [2]string{a.Path, a.TargetRevision},
+		lockID: a.LockID,
 	}
-	if !ok {
-		return "", owner, nil
-	}
-	return lockID, "", nil
 }
-
-// mapWriteError maps the errors of writing a row; what is "an application"
-// or "a repository credential".
-func mapWriteError(err error, what, name string) error {
-	if database.PQCode(err) == database.CodeUniqueViolation && strings.HasSuffix(database.Constraint(err), "_tenant_name_key") {
-		return repolock.Wrap(repolock.EAlreadyExists, err, "%s named %q already exists", what, name)
-	}
-	if database.PQCode(err) == database.CodeForeignKeyViolation && strings.Contains(database.Constraint(err), "cluster_user_id") {
-		return repolock.Wrap(repolock.ENotFound, err, "the user no longer exists")
-	}
-	return database.MapError(err)
-}
-
-const applicationColumns = `a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at`
-
-// createApplicationSQL writes the application and its reference in one
-// statement, in the transaction that acquired the lock $7.
-const createApplicationSQL = `
-WITH a AS (
-	INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
-	VALUES ($1, $2, $3, $4, $5, $6)
-	RETURNING *
-), ref AS (
-	INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, $7::uuid FROM a
-)
-SELECT ` + applicationColumns + `, $7::uuid::text AS lock_id FROM a`
-
-// createApplicationWithNewLockSQL is the fast path of CreateApplication: when
-// nobody holds the URL, one statement (so one implicit transaction and one
-// round trip) creates the lock, its event, the application and the
-// reference. It returns no row, and writes nothing, when the URL is taken.
-const createApplicationWithNewLockSQL = `
-WITH ` + locks.NewLockCTE + `, a AS (
-	INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
-	SELECT $3, $4, $5, $1, $6, $7 FROM lock
-	RETURNING *
-), ref AS (
-	INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, lock.id FROM a, lock
-)
-SELECT ` + applicationColumns + `, lock.id::text AS lock_id FROM a, lock`
 
 // CreateApplication creates an application of the tenant and references the
 // tenant's lock on its repository, acquiring it if needed.
@@ -203,92 +168,19 @@ SELECT ` + applicationColumns + `, lock.id::text AS lock_id FROM a, lock`
 // or the fast path lost a race) one transaction acquires the lock with
 // locks.AcquireRepositoryCredentialURL and writes the row and its reference.
 func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (Application, error) {
-	if err := ValidateName(in.Name); err != nil {
-		return Application{}, err
-	}
-	key, stored, err := repoURL(in.RepoURL)
-	if err != nil {
-		return Application{}, err
-	}
-	if err := validatePath(in.Path); err != nil {
-		return Application{}, err
-	}
-	if err := validateRevision(in.TargetRevision); err != nil {
-		return Application{}, err
-	}
-	var app Application
-	err = db.GetPrepared(ctx, &app, createApplicationWithNewLockSQL,
-		string(key), normalize.Version, tenantID, in.Name, stored, in.Path, in.TargetRevision)
-	if err == nil {
-		return app, nil
-	}
-	if !database.IsNoRows(err) {
-		return Application{}, mapWriteError(err, "an application", in.Name)
-	}
-	var claimedBy string
-	err = db.WithTx(ctx, func(tx database.Tx) error {
-		lockID, owner, err := acquire(ctx, tx, tenantID, key)
-		if err != nil {
-			return err
-		}
-		if claimedBy = owner; claimedBy != "" {
-			return nil // commit the denial event; nothing else was written
-		}
-		err = tx.GetContext(ctx, &app, createApplicationSQL, tenantID, in.Name, stored, string(key), in.Path, in.TargetRevision, lockID)
-		return mapWriteError(err, "an application", in.Name)
-	})
-	if err != nil {
-		return Application{}, err
-	}
-	if claimedBy != "" {
-		return Application{}, locks.ClaimedError(claimedBy)
-	}
-	return app, nil
+	return createReferenced[Application](ctx, db, applicationRefs, tenantID,
+		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Path, &in.TargetRevision}})
 }
-
-const selectApplicationSQL = `
-SELECT ` + applicationColumns + `, coalesce(r.lock_id::text, '') AS lock_id
-FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id`
 
 // GetApplication returns the tenant's application id.
 func GetApplication(ctx context.Context, q database.Querier, tenantID, id string) (Application, error) {
-	if !validID(id) {
-		return Application{}, applicationNotFound(id)
-	}
-	var app Application
-	err := q.GetContext(ctx, &app, selectApplicationSQL+` WHERE a.id = $1 AND a.cluster_user_id = $2`, id, tenantID)
-	if database.IsNoRows(err) {
-		return Application{}, applicationNotFound(id)
-	}
-	return app, database.MapError(err)
-}
-
-func applicationNotFound(id string) error {
-	return repolock.Errorf(repolock.ENotFound, "application %s not found", id)
+	return getReferenced[Application](ctx, q, applicationRefs, tenantID, id)
 }
 
 // ListApplications returns one page of the tenant's applications in creation
 // order and the token of the next page ("" after the last).
 func ListApplications(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]Application, string, error) {
-	after, err := locks.DecodePageToken(locks.KindApplications, pageToken)
-	if err != nil {
-		return nil, "", err
-	}
-	out := []Application{}
-	err = q.SelectContext(ctx, &out, selectApplicationSQL+`
-		WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
-		ORDER BY a.created_at, a.id
-		LIMIT $4`, tenantID, after.CreatedAt, after.ID, pageSize+1)
-	if err != nil {
-		return nil, "", database.MapError(err)
-	}
-	var next string
-	if len(out) > pageSize {
-		out = out[:pageSize]
-		last := out[len(out)-1]
-		next = locks.EncodePageToken(locks.KindApplications, locks.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
-	}
-	return out, next, nil
+	return listReferenced[Application](ctx, q, applicationRefs, tenantID, pageSize, pageToken)
 }
 
 // UpdateApplication changes the fields of the patch that are not nil. A new
@@ -297,105 +189,8 @@ func ListApplications(ctx context.Context, q database.Querier, tenantID string, 
 // old lock if nothing else references it. A patch that changes nothing
 // returns the application unchanged.
 func UpdateApplication(ctx context.Context, db *database.DB, tenantID, id string, p ApplicationPatch) (Application, error) {
-	if !validID(id) {
-		return Application{}, applicationNotFound(id)
-	}
-	var (
-		key    normalize.Key
-		stored string
-		err    error
-	)
-	if p.Name != nil {
-		if err := ValidateName(*p.Name); err != nil {
-			return Application{}, err
-		}
-	}
-	if p.RepoURL != nil {
-		if key, stored, err = repoURL(*p.RepoURL); err != nil {
-			return Application{}, err
-		}
-	}
-	if p.Path != nil {
-		if err := validatePath(*p.Path); err != nil {
-			return Application{}, err
-		}
-	}
-	if p.TargetRevision != nil {
-		if err := validateRevision(*p.TargetRevision); err != nil {
-			return Application{}, err
-		}
-	}
-	var (
-		app       Application
-		claimedBy string
-	)
-	err = db.WithTx(ctx, func(tx database.Tx) error {
-		claimedBy = ""
-		cur, err := lockApplication(ctx, tx, tenantID, id)
-		if err != nil {
-			return err
-		}
-		next := cur
-		setIf(&next.Name, p.Name)
-		setIf(&next.Path, p.Path)
-		setIf(&next.TargetRevision, p.TargetRevision)
-		if p.RepoURL != nil {
-			next.RepoURL, next.NormalizedURL = stored, string(key)
-		}
-		if next == cur {
-			app = cur
-			return nil
-		}
-		if next.NormalizedURL != cur.NormalizedURL {
-			lockID, owner, err := acquire(ctx, tx, tenantID, normalize.Key(next.NormalizedURL))
-			if err != nil {
-				return err
-			}
-			if claimedBy = owner; claimedBy != "" {
-				return nil // commit the denial event; nothing else was written
-			}
-			next.LockID = lockID
-		}
-		err = tx.GetContext(ctx, &app, `
-			UPDATE applications a
-			SET name = $3, repo_url = $4, normalized_url = $5, path = $6, target_revision = $7, updated_at = now()
-			WHERE a.id = $1 AND a.cluster_user_id = $2
-			RETURNING `+applicationColumns+`, $8::text AS lock_id`,
-			id, tenantID, next.Name, next.RepoURL, next.NormalizedURL, next.Path, next.TargetRevision, next.LockID)
-		if err != nil {
-			return mapWriteError(err, "an application", next.Name)
-		}
-		if next.LockID != cur.LockID {
-			return moveReference(ctx, tx, applicationRefs, id, cur.LockID, next.LockID)
-		}
-		return nil
-	})
-	if err != nil {
-		return Application{}, err
-	}
-	if claimedBy != "" {
-		return Application{}, locks.ClaimedError(claimedBy)
-	}
-	return app, nil
-}
-
-func setIf(dst *string, v *string) {
-	if v != nil {
-		*dst = *v
-	}
-}
-
-// lockApplication locks the application row and then, in a new statement (so
-// with a snapshot taken after any concurrent change to it committed), reads
-// it with its reference. Every change to an application's reference happens
-// under this row lock.
-func lockApplication(ctx context.Context, tx database.Tx, tenantID, id string) (Application, error) {
-	if err := lockRow(ctx, tx, applicationRefs, tenantID, id); err != nil {
-		return Application{}, err
-	}
-	var app Application
-	err := tx.GetContext(ctx, &app, selectApplicationSQL+` WHERE a.id = $1`, id)
-	return app, database.MapError(err)
+	return updateReferenced[Application](ctx, db, applicationRefs, tenantID, id,
+		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Path, p.TargetRevision}})
 }
 
 // DeleteApplication deletes the tenant's application id and releases its

@@ -133,204 +133,48 @@ func credentialRepoURL(raw string) (normalize.Key, string, error) {
 	return key, stored, nil
 }
 
-const credentialColumns = `a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at`
+// credentialRefs is the Repository Credential kind of row.
+var credentialRefs = newRefs(refs{
+	noun: "repository credential", what: "a repository credential",
+	table: "repository_credentials", refTable: "RepositoryLockRepositoryCredential", refCol: "repository_credential_id",
+	pageKind: locks.KindRepositoryCredentials,
+	repoURL:  credentialRepoURL,
+	extra:    [2]column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
+})
 
-const createCredentialSQL = `
-WITH a AS (
-	INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
-	VALUES ($1, $2, $3, $4, $5, $6)
-	RETURNING *
-), ref AS (
-	INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, $7::uuid FROM a
-)
-SELECT ` + credentialColumns + `, $7::uuid::text AS lock_id FROM a`
-
-// createCredentialWithNewLockSQL is the fast path of
-// CreateRepositoryCredential, as createApplicationWithNewLockSQL.
-const createCredentialWithNewLockSQL = `
-WITH ` + locks.NewLockCTE + `, a AS (
-	INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
-	SELECT $3, $4, $5, $1, $6, $7 FROM lock
-	RETURNING *
-), ref AS (
-	INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, lock.id FROM a, lock
-)
-SELECT ` + credentialColumns + `, lock.id::text AS lock_id FROM a, lock`
+func (c RepositoryCredential) fields() fields {
+	return fields{
+		id: c.ID, createdAt: c.CreatedAt,
+		name: c.Name, repoURL: c.RepoURL, normalizedURL: c.NormalizedURL,
+		extra:  [2]string{c.Username, c.SecretRef},
+		lockID: c.LockID,
+	}
+}
 
 // CreateRepositoryCredential creates a credential of the tenant and
 // references the tenant's lock on its repository, acquiring it if needed,
 // with the same fast path as CreateApplication.
 func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (RepositoryCredential, error) {
-	if err := ValidateName(in.Name); err != nil {
-		return RepositoryCredential{}, err
-	}
-	key, stored, err := credentialRepoURL(in.RepoURL)
-	if err != nil {
-		return RepositoryCredential{}, err
-	}
-	if err := validateUsername(in.Username); err != nil {
-		return RepositoryCredential{}, err
-	}
-	if err := validateSecretRef(in.SecretRef); err != nil {
-		return RepositoryCredential{}, err
-	}
-	var cred RepositoryCredential
-	err = db.GetPrepared(ctx, &cred, createCredentialWithNewLockSQL,
-		string(key), normalize.Version, tenantID, in.Name, stored, in.Username, in.SecretRef)
-	if err == nil {
-		return cred, nil
-	}
-	if !database.IsNoRows(err) {
-		return RepositoryCredential{}, mapWriteError(err, "a repository credential", in.Name)
-	}
-	var claimedBy string
-	err = db.WithTx(ctx, func(tx database.Tx) error {
-		lockID, owner, err := acquire(ctx, tx, tenantID, key)
-		if err != nil {
-			return err
-		}
-		if claimedBy = owner; claimedBy != "" {
-			return nil // commit the denial event; nothing else was written
-		}
-		err = tx.GetContext(ctx, &cred, createCredentialSQL, tenantID, in.Name, stored, string(key), in.Username, in.SecretRef, lockID)
-		return mapWriteError(err, "a repository credential", in.Name)
-	})
-	if err != nil {
-		return RepositoryCredential{}, err
-	}
-	if claimedBy != "" {
-		return RepositoryCredential{}, locks.ClaimedError(claimedBy)
-	}
-	return cred, nil
+	return createReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID,
+		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Username, &in.SecretRef}})
 }
-
-const selectCredentialSQL = `
-SELECT ` + credentialColumns + `, coalesce(r.lock_id::text, '') AS lock_id
-FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id`
 
 // GetRepositoryCredential returns the tenant's credential id.
 func GetRepositoryCredential(ctx context.Context, q database.Querier, tenantID, id string) (RepositoryCredential, error) {
-	if !validID(id) {
-		return RepositoryCredential{}, credentialRefs.notFound(id)
-	}
-	var c RepositoryCredential
-	err := q.GetContext(ctx, &c, selectCredentialSQL+` WHERE a.id = $1 AND a.cluster_user_id = $2`, id, tenantID)
-	if database.IsNoRows(err) {
-		return RepositoryCredential{}, credentialRefs.notFound(id)
-	}
-	return c, database.MapError(err)
+	return getReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, id)
 }
 
 // ListRepositoryCredentials returns one page of the tenant's credentials in
 // creation order and the token of the next page ("" after the last).
 func ListRepositoryCredentials(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]RepositoryCredential, string, error) {
-	after, err := locks.DecodePageToken(locks.KindRepositoryCredentials, pageToken)
-	if err != nil {
-		return nil, "", err
-	}
-	out := []RepositoryCredential{}
-	err = q.SelectContext(ctx, &out, selectCredentialSQL+`
-		WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
-		ORDER BY a.created_at, a.id
-		LIMIT $4`, tenantID, after.CreatedAt, after.ID, pageSize+1)
-	if err != nil {
-		return nil, "", database.MapError(err)
-	}
-	var next string
-	if len(out) > pageSize {
-		out = out[:pageSize]
-		last := out[len(out)-1]
-		next = locks.EncodePageToken(locks.KindRepositoryCredentials, locks.Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
-	}
-	return out, next, nil
+	return listReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, pageSize, pageToken)
 }
 
 // UpdateRepositoryCredential changes the fields of the patch that are not
 // nil, moving the credential's lock as UpdateApplication does.
 func UpdateRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string, p RepositoryCredentialPatch) (RepositoryCredential, error) {
-	if !validID(id) {
-		return RepositoryCredential{}, credentialRefs.notFound(id)
-	}
-	var (
-		key    normalize.Key
-		stored string
-		err    error
-	)
-	if p.Name != nil {
-		if err := ValidateName(*p.Name); err != nil {
-			return RepositoryCredential{}, err
-		}
-	}
-	if p.RepoURL != nil {
-		if key, stored, err = credentialRepoURL(*p.RepoURL); err != nil {
-			return RepositoryCredential{}, err
-		}
-	}
-	if p.Username != nil {
-		if err := validateUsername(*p.Username); err != nil {
-			return RepositoryCredential{}, err
-		}
-	}
-	if p.SecretRef != nil {
-		if err := validateSecretRef(*p.SecretRef); err != nil {
-			return RepositoryCredential{}, err
-		}
-	}
-	var (
-		cred      RepositoryCredential
-		claimedBy string
-	)
-	err = db.WithTx(ctx, func(tx database.Tx) error {
-		claimedBy = ""
-		if err := lockRow(ctx, tx, credentialRefs, tenantID, id); err != nil {
-			return err
-		}
-		var cur RepositoryCredential
-		if err := tx.GetContext(ctx, &cur, selectCredentialSQL+` WHERE a.id = $1`, id); err != nil {
-			return database.MapError(err)
-		}
-		next := cur
-		setIf(&next.Name, p.Name)
-		setIf(&next.Username, p.Username)
-		setIf(&next.SecretRef, p.SecretRef)
-		if p.RepoURL != nil {
-			next.RepoURL, next.NormalizedURL = stored, string(key)
-		}
-		if next == cur {
-			cred = cur
-			return nil
-		}
-		if next.NormalizedURL != cur.NormalizedURL {
-			lockID, owner, err := acquire(ctx, tx, tenantID, normalize.Key(next.NormalizedURL))
-			if err != nil {
-				return err
-			}
-			if claimedBy = owner; claimedBy != "" {
-				return nil // commit the denial event; nothing else was written
-			}
-			next.LockID = lockID
-		}
-		err := tx.GetContext(ctx, &cred, `
-			UPDATE repository_credentials a
-			SET name = $3, repo_url = $4, normalized_url = $5, username = $6, secret_ref = $7, updated_at = now()
-			WHERE a.id = $1 AND a.cluster_user_id = $2
-			RETURNING `+credentialColumns+`, $8::text AS lock_id`,
-			id, tenantID, next.Name, next.RepoURL, next.NormalizedURL, next.Username, next.SecretRef, next.LockID)
-		if err != nil {
-			return mapWriteError(err, "a repository credential", next.Name)
-		}
-		if next.LockID != cur.LockID {
-			return moveReference(ctx, tx, credentialRefs, id, cur.LockID, next.LockID)
-		}
-		return nil
-	})
-	if err != nil {
-		return RepositoryCredential{}, err
-	}
-	if claimedBy != "" {
-		return RepositoryCredential{}, locks.ClaimedError(claimedBy)
-	}
-	return cred, nil
+	return updateReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID, id,
+		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Username, p.SecretRef}})
 }
 
 // DeleteRepositoryCredential deletes the tenant's credential id and releases
