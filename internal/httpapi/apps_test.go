@@ -4,122 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/repolock/repolock/internal/database"
-	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/httpapi"
 )
-
-// lkEnv is a real server on a fresh database for the apps and locks routes.
-type lkEnv struct {
-	t  *testing.T
-	ts *httptest.Server
-	db *database.DB
-}
-
-func newLkEnv(t *testing.T) *lkEnv {
-	t.Helper()
-	db := dbtest.New(t)
-	db.SetMaxOpenConns(16) // max_connections is shared by every test process
-	srv, err := httpapi.New(httpapi.Config{
-		DB:         db,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		AdminToken: adminToken,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &lkEnv{t: t, ts: ts, db: db}
-}
-
-// raw sends body (already encoded; nil for none) and returns status and the
-// raw response.
-func (e *lkEnv) raw(method, path, token, contentType string, body []byte) (int, []byte) {
-	e.t.Helper()
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, e.ts.URL+path, r)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := e.ts.Client().Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return res.StatusCode, out
-}
-
-func (e *lkEnv) call(method, path, token string, body any) (int, map[string]any) {
-	e.t.Helper()
-	var b []byte
-	ct := ""
-	if body != nil {
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			e.t.Fatal(err)
-		}
-		ct = "application/json"
-	}
-	status, out := e.raw(method, path, token, ct, b)
-	if len(bytes.TrimSpace(out)) == 0 {
-		return status, nil
-	}
-	var m map[string]any
-	if err := json.Unmarshal(out, &m); err != nil {
-		e.t.Fatalf("%s %s: %d %q is not a JSON object", method, path, status, out)
-	}
-	return status, m
-}
-
-func (e *lkEnv) tenant(name string) string {
-	e.t.Helper()
-	status, resp := e.call(http.MethodPost, "/v1/admin/users", adminToken, map[string]any{"name": name})
-	if status != http.StatusCreated {
-		e.t.Fatalf("create tenant: %d %v", status, resp)
-	}
-	return resp["token"].(string)
-}
-
-func lkErr(resp map[string]any) map[string]any {
-	e, _ := resp["error"].(map[string]any)
-	return e
-}
-
-// expectError checks status, code and (when msg is not empty) the exact
-// message.
-func expectError(t *testing.T, what string, status int, resp map[string]any, wantStatus int, wantCode, wantMsg string) {
-	t.Helper()
-	e := lkErr(resp)
-	if status != wantStatus || e["code"] != wantCode || (wantMsg != "" && e["message"] != wantMsg) {
-		t.Fatalf("%s: got %d %v, want %d %s %q", what, status, resp, wantStatus, wantCode, wantMsg)
-	}
-}
 
 func TestApplicationsAPI(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	bob := e.tenant("bob")
 
@@ -157,7 +50,7 @@ func TestApplicationsAPI(t *testing.T) {
 
 	status, resp = e.call(http.MethodPost, "/v1/applications", bob, map[string]any{"name": "web", "repo_url": "git@github.com:acme/web.git"})
 	expectError(t, "claimed", status, resp, 409, "repository_claimed", "a repository URL is already claimed by another user: alice")
-	if lkErr(resp)["owner"] != "alice" {
+	if errorOf(resp)["owner"] != "alice" {
 		t.Fatalf("owner missing: %v", resp)
 	}
 
@@ -175,7 +68,7 @@ func TestApplicationsAPI(t *testing.T) {
 		status, resp := e.call(http.MethodPost, "/v1/applications", alice, tc.body)
 		expectError(t, tc.name, status, resp, 400, "invalid_argument", tc.msg)
 	}
-	status, raw := e.raw(http.MethodPost, "/v1/applications", alice, "text/plain", []byte(`{}`))
+	status, _, raw := e.raw(http.MethodPost, "/v1/applications", alice, "text/plain", []byte(`{}`))
 	if status != http.StatusUnsupportedMediaType {
 		t.Fatalf("text/plain: %d %s", status, raw)
 	}
@@ -208,7 +101,7 @@ func TestApplicationsAPI(t *testing.T) {
 
 func TestCredentialsAPISecrets(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	base := func(extra map[string]any) map[string]any {
 		m := map[string]any{"name": "c", "repo_url": "https://github.com/acme/infra", "username": "git", "secret_ref": "k8s://argocd/infra"}
@@ -224,22 +117,22 @@ func TestCredentialsAPISecrets(t *testing.T) {
 			if method == http.MethodPatch {
 				path += "/00000000-0000-0000-0000-000000000000"
 			}
-			status, out := e.raw(method, path, alice, "application/json", mustJSON(t, base(map[string]any{field: "hunter2-SECRET"})))
+			status, _, out := e.raw(method, path, alice, "application/json", mustJSON(t, base(map[string]any{field: "hunter2-SECRET"})))
 			var resp map[string]any
 			_ = json.Unmarshal(out, &resp)
-			msg, _ := lkErr(resp)["message"].(string)
-			if status != 400 || lkErr(resp)["code"] != "invalid_argument" || !strings.Contains(msg, hint) || !strings.Contains(msg, "repository credentials never carry secrets") {
+			msg, _ := errorOf(resp)["message"].(string)
+			if status != 400 || errorOf(resp)["code"] != "invalid_argument" || !strings.Contains(msg, hint) || !strings.Contains(msg, "repository credentials never carry secrets") {
 				t.Fatalf("%s %s: %d %s", method, field, status, out)
 			}
-			if !strings.EqualFold(lkErr(resp)["field"].(string), field) {
-				t.Fatalf("%s: field detail %v", field, lkErr(resp))
+			if !strings.EqualFold(errorOf(resp)["field"].(string), field) {
+				t.Fatalf("%s: field detail %v", field, errorOf(resp))
 			}
 			if bytes.Contains(out, []byte("hunter2")) {
 				t.Fatalf("%s: the secret is echoed: %s", field, out)
 			}
 		}
 	}
-	status, out := e.raw(http.MethodPost, "/v1/repository-credentials", alice, "application/json",
+	status, _, out := e.raw(http.MethodPost, "/v1/repository-credentials", alice, "application/json",
 		mustJSON(t, base(map[string]any{"repo_url": "https://git:hunter2@github.com/acme/infra"})))
 	if status != 400 || bytes.Contains(out, []byte("hunter2")) || !bytes.Contains(out, []byte("repo_url must not contain a password or token")) {
 		t.Fatalf("password in URL: %d %s", status, out)
@@ -269,18 +162,9 @@ func TestCredentialsAPISecrets(t *testing.T) {
 	}
 }
 
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestLocksAPI(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	bob := e.tenant("bob")
 
@@ -321,7 +205,7 @@ func TestLocksAPI(t *testing.T) {
 
 func TestPaginationAPI(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 
 	for i := 0; i < 5; i++ {
@@ -362,7 +246,7 @@ func TestPaginationAPI(t *testing.T) {
 // caller's rows; the admin token and missing tokens are refused.
 func TestTenantIsolationAPI(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	bob := e.tenant("bob")
 	_, app := e.call(http.MethodPost, "/v1/applications", alice, map[string]any{"name": "a", "repo_url": "https://github.com/alice/a"})
@@ -406,7 +290,7 @@ func TestTenantIsolationAPI(t *testing.T) {
 
 func TestDeleteUserAPI(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	bob := e.tenant("bob")
 	e.call(http.MethodPost, "/v1/applications", alice, map[string]any{"name": "a", "repo_url": "https://github.com/alice/a"})
@@ -436,7 +320,7 @@ func TestDeleteUserAPI(t *testing.T) {
 // or a 409 repository_claimed naming the final owner.
 func TestCreateRaceAPI(t *testing.T) {
 	t.Parallel()
-	e := newLkEnv(t)
+	e := newAPIEnv(t)
 	const tenants, clients, repos = 4, 4, 20
 	tokens := make([]string, tenants)
 	for i := range tokens {
@@ -459,14 +343,14 @@ func TestCreateRaceAPI(t *testing.T) {
 					repo := (r + c*5 + ti*3) % repos
 					url := []string{"https://github.com/race/r%d", "git@github.com:race/r%d.git", "ssh://git@GITHUB.com/race/r%d/"}[(c+r)%3]
 					body := mustJSON(t, map[string]any{"name": fmt.Sprintf("c%d-r%d", c, r), "repo_url": fmt.Sprintf(url, repo)})
-					status, out := e.raw(http.MethodPost, "/v1/applications", tokens[ti], "application/json", body)
+					status, _, out := e.raw(http.MethodPost, "/v1/applications", tokens[ti], "application/json", body)
 					var resp map[string]any
 					_ = json.Unmarshal(out, &resp)
 					owner := -1
-					if o, ok := lkErr(resp)["owner"].(string); ok {
+					if o, ok := errorOf(resp)["owner"].(string); ok {
 						fmt.Sscanf(o, "t%d", &owner)
 					}
-					code, _ := lkErr(resp)["code"].(string)
+					code, _ := errorOf(resp)["code"].(string)
 					mu.Lock()
 					results = append(results, result{ti, repo, owner, status, code})
 					mu.Unlock()

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -10,24 +9,25 @@ import (
 
 func TestReportsAPI(t *testing.T) {
 	t.Parallel()
-	e := newGCEnv(t)
-	ctx := context.Background()
+	e := newAPIEnv(t)
+	aliceID, alice := e.tenantUser("alice")
+	ctx := t.Context()
 	// alice owns one referenced and one orphan lock; bob owns nothing.
 	var bobID, appLock string
 	if err := e.db.GetContext(ctx, &bobID, `INSERT INTO cluster_users (name) VALUES ('bob') RETURNING id`); err != nil {
 		t.Fatal(err)
 	}
-	e.orphan("git.example.com/a/orphan")
+	e.orphan(aliceID, "git.example.com/a/orphan")
 	if err := e.db.GetContext(ctx, &appLock, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
-		VALUES ('git.example.com/a/used', 1, $1) RETURNING id`, e.tenantID); err != nil {
+		VALUES ('git.example.com/a/used', 1, $1) RETURNING id`, aliceID); err != nil {
 		t.Fatal(err)
 	}
 	e.exec(`WITH a AS (INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url)
 		VALUES ($1, 'app', 'git.example.com/a/used', 'git.example.com/a/used') RETURNING id)
-		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT id, $2 FROM a`, e.tenantID, appLock)
+		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT id, $2 FROM a`, aliceID, appLock)
 
 	// The list of reports.
-	status, list := e.json(http.MethodGet, "/v1/admin/reports", adminToken)
+	status, list := e.call(http.MethodGet, "/v1/admin/reports", adminToken, nil)
 	var names []any
 	for _, it := range list["items"].([]any) {
 		names = append(names, it.(map[string]any)["name"])
@@ -38,24 +38,24 @@ func TestReportsAPI(t *testing.T) {
 	}
 
 	// JSON (the default).
-	status, hdr, body := e.do(http.MethodGet, "/v1/admin/reports/ownership", adminToken)
+	status, hdr, body := e.raw(http.MethodGet, "/v1/admin/reports/ownership", adminToken, "", nil)
 	want := `{"report":"ownership","columns":["tenant_id","tenant_name","locks","applications","credentials","unreferenced_locks"],"items":[` +
-		`{"tenant_id":"` + e.tenantID + `","tenant_name":"alice","locks":2,"applications":1,"credentials":0,"unreferenced_locks":1},` +
+		`{"tenant_id":"` + aliceID + `","tenant_name":"alice","locks":2,"applications":1,"credentials":0,"unreferenced_locks":1},` +
 		`{"tenant_id":"` + bobID + `","tenant_name":"bob","locks":0,"applications":0,"credentials":0,"unreferenced_locks":0}]}` + "\n"
 	if status != http.StatusOK || hdr.Get("Content-Type") != "application/json; charset=UTF-8" || string(body) != want {
 		t.Fatalf("ownership json: %d %q\n%s\nwant\n%s", status, hdr.Get("Content-Type"), body, want)
 	}
 
 	// CSV, limited.
-	status, hdr, body = e.do(http.MethodGet, "/v1/admin/reports/ownership?format=csv&limit=1", adminToken)
-	want = "tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" + e.tenantID + ",alice,2,1,0,1\n"
+	status, hdr, body = e.raw(http.MethodGet, "/v1/admin/reports/ownership?format=csv&limit=1", adminToken, "", nil)
+	want = "tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" + aliceID + ",alice,2,1,0,1\n"
 	if status != http.StatusOK || hdr.Get("Content-Type") != "text/csv; charset=utf-8" ||
 		hdr.Get("Content-Disposition") != `attachment; filename="ownership.csv"` || string(body) != want {
 		t.Fatalf("ownership csv: %d %v\n%s\nwant\n%s", status, hdr, body, want)
 	}
 
 	// orphan_locks names the orphan only.
-	status, _, body = e.do(http.MethodGet, "/v1/admin/reports/orphan_locks", adminToken)
+	status, _, body = e.raw(http.MethodGet, "/v1/admin/reports/orphan_locks", adminToken, "", nil)
 	var orphans struct {
 		Items []map[string]any `json:"items"`
 	}
@@ -74,12 +74,12 @@ func TestReportsAPI(t *testing.T) {
 		{"/v1/admin/reports/locks?format=xml", adminToken, 400, "invalid_argument", "format must be one of json, csv"},
 		{"/v1/admin/reports/locks?format=table", adminToken, 400, "invalid_argument", "format must be one of json, csv"},
 		{"/v1/admin/reports/locks?limit=0", adminToken, 400, "invalid_argument", "limit must be a positive integer"},
-		{"/v1/admin/reports/locks", e.tenantToken, 403, "forbidden", "admin routes need the admin token"},
+		{"/v1/admin/reports/locks", alice, 403, "forbidden", "admin routes need the admin token"},
 		{"/v1/admin/reports", "", 401, "unauthenticated", "missing Authorization: Bearer token"},
 	}
 	for _, tt := range tests {
-		status, body := e.json(http.MethodGet, tt.path, tt.token)
-		wantAPIError(t, tt.path, status, body, tt.status, tt.code, tt.message)
+		status, body := e.call(http.MethodGet, tt.path, tt.token, nil)
+		expectError(t, tt.path, status, body, tt.status, tt.code, tt.message)
 		if tt.status == 404 {
 			if got := body["error"].(map[string]any)["valid_names"]; !reflect.DeepEqual(got, valid) {
 				t.Fatalf("valid_names = %v, want %v", got, valid)

@@ -1,117 +1,12 @@
 package httpapi_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/repolock/repolock/internal/database"
-	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/httpapi"
 )
-
-// rpEnv is a real server on a fresh database for the repository routes.
-type rpEnv struct {
-	t  *testing.T
-	ts *httptest.Server
-	db *database.DB
-}
-
-func newRpEnv(t *testing.T) *rpEnv {
-	t.Helper()
-	db := dbtest.New(t)
-	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AdminToken: adminToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &rpEnv{t: t, ts: ts, db: db}
-}
-
-// do sends a JSON body (nil for none) and decodes a JSON response (nil for
-// an empty one).
-func (e *rpEnv) do(method, path, token string, body any) (int, map[string]any) {
-	e.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, e.ts.URL+path, r)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := e.ts.Client().Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if len(raw) == 0 {
-		return res.StatusCode, nil
-	}
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		e.t.Fatalf("%s %s: response is not a JSON object: %s", method, path, raw)
-	}
-	return res.StatusCode, out
-}
-
-// must sends and fails unless the status is want.
-func (e *rpEnv) must(want int, method, path, token string, body any) map[string]any {
-	e.t.Helper()
-	st, resp := e.do(method, path, token, body)
-	if st != want {
-		e.t.Fatalf("%s %s = %d %v, want %d", method, path, st, resp, want)
-	}
-	return resp
-}
-
-// wantErr sends and checks the status and error code.
-func (e *rpEnv) wantErr(status int, code, method, path, token string, body any) {
-	e.t.Helper()
-	st, resp := e.do(method, path, token, body)
-	errObj, _ := resp["error"].(map[string]any)
-	if st != status || errObj == nil || errObj["code"] != code {
-		e.t.Fatalf("%s %s = %d %v, want %d %s", method, path, st, resp, status, code)
-	}
-	if msg, _ := errObj["message"].(string); msg == "" {
-		e.t.Fatalf("%s %s: error without a message: %v", method, path, resp)
-	}
-}
-
-func (e *rpEnv) tenant(name string) string {
-	e.t.Helper()
-	resp := e.must(http.StatusCreated, http.MethodPost, "/v1/admin/users", adminToken, map[string]string{"name": name})
-	return resp["token"].(string)
-}
-
-func (e *rpEnv) exec(query string, args ...any) {
-	e.t.Helper()
-	if _, err := e.db.ExecContext(e.t.Context(), query, args...); err != nil {
-		e.t.Fatal(err)
-	}
-}
 
 func items(resp map[string]any) []map[string]any {
 	raw, _ := resp["items"].([]any)
@@ -132,7 +27,7 @@ func names(resp map[string]any, field string) []string {
 
 func TestRepositoriesAPI(t *testing.T) {
 	t.Parallel()
-	e := newRpEnv(t)
+	e := newAPIEnv(t)
 	alice, bob := e.tenant("alice"), e.tenant("bob")
 
 	r := e.must(http.StatusCreated, http.MethodPost, "/v1/repositories", alice,
@@ -272,7 +167,7 @@ func TestRepositoriesAPI(t *testing.T) {
 // and is retired.
 func TestRepositoryStatesAPI(t *testing.T) {
 	t.Parallel()
-	e := newRpEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	for _, n := range []string{"going", "stuck", "fine"} {
 		e.must(http.StatusCreated, http.MethodPost, "/v1/repositories", alice, map[string]any{"name": n, "storage_namespace": "s3://x"})
@@ -308,7 +203,7 @@ func TestRepositoryStatesAPI(t *testing.T) {
 // 201 is in the log exactly once and every other answer is 409 conflict.
 func TestConcurrentCommitsAPI(t *testing.T) {
 	t.Parallel()
-	e := newRpEnv(t)
+	e := newAPIEnv(t)
 	alice := e.tenant("alice")
 	e.must(http.StatusCreated, http.MethodPost, "/v1/repositories", alice, map[string]any{"name": "hot", "storage_namespace": "s3://x"})
 	const clients = 16
@@ -322,14 +217,14 @@ func TestConcurrentCommitsAPI(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			msg := fmt.Sprintf("client %d", i)
-			st, resp := e.do(http.MethodPost, "/v1/repositories/hot/branches/main/commits", alice, map[string]any{"message": msg})
+			st, resp := e.call(http.MethodPost, "/v1/repositories/hot/branches/main/commits", alice, map[string]any{"message": msg})
 			switch st {
 			case http.StatusCreated:
 				mu.Lock()
 				landed[msg] = true
 				mu.Unlock()
 			case http.StatusConflict:
-				if errObj, _ := resp["error"].(map[string]any); errObj["code"] != "conflict" {
+				if errorOf(resp)["code"] != "conflict" {
 					t.Errorf("409 body = %v", resp)
 				}
 			default:

@@ -3,96 +3,14 @@ package httpapi_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/syncstate"
 )
-
-// syEnv is a real server on a fresh database for the sync routes.
-type syEnv struct {
-	t  *testing.T
-	ts *httptest.Server
-}
-
-func newSyEnv(t *testing.T) *syEnv {
-	t.Helper()
-	db := dbtest.New(t)
-	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AdminToken: adminToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &syEnv{t: t, ts: ts}
-}
-
-// raw sends body as is with the given content type.
-func (e *syEnv) raw(method, path, token, contentType string, body []byte) (int, map[string]any) {
-	e.t.Helper()
-	req, err := http.NewRequest(method, e.ts.URL+path, bytes.NewReader(body))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := e.ts.Client().Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out map[string]any
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &out); err != nil {
-			e.t.Fatalf("%s %s: not a JSON object: %s", method, path, b)
-		}
-	}
-	return res.StatusCode, out
-}
-
-func (e *syEnv) call(method, path, token string, body any) (int, map[string]any) {
-	e.t.Helper()
-	if body == nil {
-		return e.raw(method, path, token, "", nil)
-	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return e.raw(method, path, token, "application/json", b)
-}
-
-// must calls and fails unless the status is want.
-func (e *syEnv) must(want int, method, path, token string, body any) map[string]any {
-	e.t.Helper()
-	status, resp := e.call(method, path, token, body)
-	if status != want {
-		e.t.Fatalf("%s %s: status %d, want %d: %v", method, path, status, want, resp)
-	}
-	return resp
-}
-
-func (e *syEnv) tenant(name string) string {
-	e.t.Helper()
-	resp := e.must(http.StatusCreated, http.MethodPost, "/v1/admin/users", adminToken, map[string]any{"name": name})
-	return resp["token"].(string)
-}
 
 // syncRev is a TID rev i seconds after 2025-01-01.
 func syncRev(i int) string {
@@ -120,7 +38,7 @@ func assertIndicators(t *testing.T, got map[string]any, want map[string]any) {
 
 func TestSyncAPI(t *testing.T) {
 	t.Parallel()
-	e := newSyEnv(t)
+	e := newAPIEnv(t)
 	tok := e.tenant("sync-api")
 	const host = "pds.example.com:2583"
 	// A repository id with '/' and '%' in it travels percent-encoded.
@@ -227,7 +145,7 @@ func TestSyncAPI(t *testing.T) {
 
 func TestSyncAPIErrors(t *testing.T) {
 	t.Parallel()
-	e := newSyEnv(t)
+	e := newAPIEnv(t)
 	tok := e.tenant("sync-errors")
 	other := e.tenant("sync-other")
 	const host = "pds.example"
@@ -275,8 +193,8 @@ func TestSyncAPIErrors(t *testing.T) {
 		{"page size", http.MethodGet, "/v1/sync/repos?page_size=0", tok, "", "", 400, "invalid_argument", "page_size"},
 		{"unknown repository", http.MethodGet, "/v1/sync/repos/did:plc:nope", tok, "", "", 404, "not_found", "did:plc:nope"},
 	} {
-		status, resp := e.raw(tc.method, tc.path, tc.token, tc.contentType, []byte(tc.body))
-		errObj, _ := resp["error"].(map[string]any)
+		status, resp := e.callRaw(tc.method, tc.path, tc.token, tc.contentType, []byte(tc.body))
+		errObj := errorOf(resp)
 		if status != tc.status || errObj["code"] != tc.code || !strings.Contains(errObj["message"].(string), tc.message) {
 			t.Errorf("%s: %d %v; want %d %s containing %q", tc.name, status, resp, tc.status, tc.code, tc.message)
 		}
