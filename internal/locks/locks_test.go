@@ -354,6 +354,27 @@ func waitUntilBlocked(t *testing.T, db *database.DB, pid int, finished func() bo
 	}
 }
 
+// acquireResult is what one AcquireRepositoryCredentialURL call returned.
+type acquireResult struct {
+	id, owner string
+	ok        bool
+	err       error
+}
+
+// acquireBlocked starts AcquireRepositoryCredentialURL in tx (whose backend
+// is pid) on another goroutine and returns once that call is blocked on a
+// row lock; its result arrives on the returned channel.
+func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, userID, key string) <-chan acquireResult {
+	t.Helper()
+	done := make(chan acquireResult, 1)
+	go func() {
+		id, ok, owner, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, userID, key)
+		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
+	}()
+	waitUntilBlocked(t, db, pid, func() bool { return len(done) > 0 })
+	return done
+}
+
 func beginWithPID(t *testing.T, db *database.DB) (database.Tx, int) {
 	t.Helper()
 	tx, err := db.BeginTxx(context.Background(), nil)
@@ -438,17 +459,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			t.Fatalf("release: %v %v", released, err)
 		}
 		acq, acqPID := beginWithPID(t, db)
-		type res struct {
-			id  string
-			ok  bool
-			err error
-		}
-		done := make(chan res, 1)
-		go func() {
-			id, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
-			done <- res{id, ok, err}
-		}()
-		waitUntilBlocked(t, db, acqPID, func() bool { return len(done) > 0 })
+		done := acquireBlocked(t, db, acq, acqPID, alice.ID, key)
 		if err := rel.Commit(); err != nil {
 			t.Fatal(err)
 		}
@@ -487,17 +498,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			t.Fatalf("release: %v %v", released, err)
 		}
 		acq, acqPID := beginWithPID(t, db)
-		type res struct {
-			id  string
-			ok  bool
-			err error
-		}
-		done := make(chan res, 1)
-		go func() {
-			id, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
-			done <- res{id, ok, err}
-		}()
-		waitUntilBlocked(t, db, acqPID, func() bool { return len(done) > 0 })
+		done := acquireBlocked(t, db, acq, acqPID, alice.ID, key)
 		if err := rel.Rollback(); err != nil {
 			t.Fatal(err)
 		}
@@ -525,17 +526,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			t.Fatalf("release: %v %v", released, err)
 		}
 		acq, acqPID := beginWithPID(t, db)
-		type res struct {
-			id, owner string
-			ok        bool
-			err       error
-		}
-		done := make(chan res, 1)
-		go func() {
-			id, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, acq, bob.ID, key)
-			done <- res{id, owner, ok, err}
-		}()
-		waitUntilBlocked(t, db, acqPID, func() bool { return len(done) > 0 })
+		done := acquireBlocked(t, db, acq, acqPID, bob.ID, key)
 		if err := rel.Commit(); err != nil {
 			t.Fatal(err)
 		}
