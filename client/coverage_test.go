@@ -21,7 +21,7 @@ var operationMethods = map[string][]string{
 	"createRepositoryCredential": {"CreateRepositoryCredential"}, "listRepositoryCredentials": {"ListRepositoryCredentialsPage", "ListRepositoryCredentials"},
 	"getRepositoryCredential": {"GetRepositoryCredential"}, "updateRepositoryCredential": {"UpdateRepositoryCredential"},
 	"deleteRepositoryCredential": {"DeleteRepositoryCredential"},
-	"listLocks": {"ListLocksPage", "ListLocks"}, "getLock": {"GetLock"}, "acquireLock": {"AcquireLock"},
+	"listLocks":                  {"ListLocksPage", "ListLocks"}, "getLock": {"GetLock"}, "acquireLock": {"AcquireLock"},
 	"createRepository": {"CreateRepository"}, "listRepositories": {"ListRepositoriesPage", "ListRepositories"},
 	"getRepository": {"GetRepository"}, "deleteRepository": {"DeleteRepository"},
 	"createBranch": {"CreateBranch"}, "listBranches": {"ListBranchesPage", "ListBranches"}, "getBranch": {"GetBranch"},
@@ -31,7 +31,7 @@ var operationMethods = map[string][]string{
 	"connectSyncHost": {"ConnectSyncHost"}, "applySyncEvents": {"ApplySyncEvents"}, "recordSyncListing": {"RecordSyncListing"},
 	"listSyncRepositories": {"ListSyncRepositoriesPage", "ListSyncRepositories"}, "getSyncRepository": {"GetSyncRepository"},
 	"recordSyncIndexed": {"RecordSyncIndexed"},
-	"createUser": {"CreateUser"}, "listUsers": {"ListUsersPage", "ListUsers"}, "deleteUser": {"DeleteUser"}, "issueToken": {"IssueToken"},
+	"createUser":        {"CreateUser"}, "listUsers": {"ListUsersPage", "ListUsers"}, "deleteUser": {"DeleteUser"}, "issueToken": {"IssueToken"},
 	"revokeTokens": {"RevokeTokens"}, "runGC": {"RunGC"}, "listGCRuns": {"ListGCRunsPage", "ListGCRuns"}, "getGCRun": {"GetGCRun"},
 	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"},
 }

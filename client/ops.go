@@ -230,7 +230,9 @@ func (c *Client) ListBranchesPage(ctx context.Context, repo string, opts ListOpt
 
 // ListBranches iterates over a repository's branches.
 func (c *Client) ListBranches(ctx context.Context, repo string, opts ListOptions) iter.Seq2[Branch, error] {
-	return all(ctx, opts, func(ctx context.Context, o ListOptions) (Page[Branch], error) { return c.ListBranchesPage(ctx, repo, o) })
+	return all(ctx, opts, func(ctx context.Context, o ListOptions) (Page[Branch], error) {
+		return c.ListBranchesPage(ctx, repo, o)
+	})
 }
 
 // GetBranch returns a branch ('/' in names is fine).
