@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -63,7 +64,8 @@ func WithRetryPolicy(p RetryPolicy) Option { return func(c *Client) { c.retry = 
 // PATCH are never retried. The wait is the response's Retry-After (seconds
 // or an HTTP date) when it has one, else an exponential backoff with full
 // jitter from BaseDelay; either is capped at MaxDelay. Waiting ends early
-// with the context's error when the context is done.
+// when the context is done, with an error that is both the context's error
+// (errors.Is) and the last *Error (errors.As).
 type RetryPolicy struct {
 	// MaxAttempts counts the first attempt; 1 or less means no retry.
 	MaxAttempts int
@@ -145,7 +147,7 @@ func (c *Client) do(ctx context.Context, k call) error {
 			return err
 		}
 		if werr := sleep(ctx, c.retry.delay(attempt, e.RetryAfter)); werr != nil {
-			return err
+			return errors.Join(werr, err)
 		}
 	}
 }
