@@ -378,3 +378,57 @@ func TestPagination(t *testing.T) {
 		t.Errorf("page_size 501 yielded %d times", errs)
 	}
 }
+
+// TestEmptyLists: an empty list is "items": [] (the document does not
+// allow null).
+func TestEmptyLists(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	alice := e.tenant("alice")
+	if p := must(alice.ListRepositoriesPage(ctx, client.ListOptions{}))(t); len(p.Items) != 0 {
+		t.Errorf("repositories: %+v", p)
+	}
+	must(alice.CreateRepository(ctx, client.CreateRepositoryRequest{Name: "empty", StorageNamespace: "s3://b/empty"}))(t)
+	if p := must(alice.ListSyncHostsPage(ctx, client.ListOptions{}))(t); len(p.Items) != 0 {
+		t.Errorf("sync hosts: %+v", p)
+	}
+	if _, _, err := alice.PutSyncHost(ctx, "h", nil); err != nil {
+		t.Fatal(err)
+	}
+	pages := map[string]func() (int, error){
+		"applications": func() (int, error) {
+			p, err := alice.ListApplicationsPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"credentials": func() (int, error) {
+			p, err := alice.ListRepositoryCredentialsPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"locks": func() (int, error) {
+			p, err := alice.ListLocksPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"sync repos": func() (int, error) {
+			p, err := alice.ListSyncRepositoriesPage(ctx, client.SyncRepositoryListOptions{NeedsIndex: true, Host: "h"})
+			return len(p.Items), err
+		},
+		"gc runs": func() (int, error) {
+			p, err := e.admin.ListGCRunsPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"tags": func() (int, error) {
+			p, err := alice.ListTagsPage(ctx, "empty", client.ListOptions{})
+			return len(p.Items), err
+		},
+		"report rows": func() (int, error) {
+			r, err := e.admin.GetReport(ctx, "denials", client.ReportOptions{})
+			return len(r.Items), err
+		},
+	}
+	for name, list := range pages {
+		if n, err := list(); err != nil || n != 0 {
+			t.Errorf("%s: %d items, %v; want none", name, n, err)
+		}
+	}
+}
