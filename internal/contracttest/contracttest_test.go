@@ -11,6 +11,23 @@ import (
 
 const me = `{"id":"0b8e6c1e-7d7a-4d1e-9a53-6f3f3c2b1a10","name":"alice","display_name":"","created_at":"2026-11-24T01:00:00Z"}`
 
+// TestUndocumented: routes a test adds on purpose pass, but their errors
+// must still have the error shape.
+func TestUndocumented(t *testing.T) {
+	v := contracttest.New(t).WithUndocumented("/v1/admin/test/")
+	h := http.Header{"Content-Type": {"application/json"}}
+	req := httptest.NewRequest("GET", "http://127.0.0.1:1/v1/admin/test/panic", nil)
+	if err := v.Check(req, nil, 500, h, []byte(`{"error":{"code":"internal","message":"internal error"}}`)); err != nil {
+		t.Errorf("undocumented route with a proper error: %v", err)
+	}
+	if err := v.Check(req, nil, 500, h, []byte(`panic!`)); err == nil {
+		t.Error("undocumented route with a broken error body passed")
+	}
+	if err := contracttest.New(t).Check(req, nil, 500, h, []byte(`{"error":{"code":"internal","message":"internal error"}}`)); err == nil {
+		t.Error("the shared validator let an undocumented route through")
+	}
+}
+
 // TestValidatorCatchesDrift injects handlers that drift from the document
 // and checks that Check reports each one, and that conforming exchanges
 // pass.
