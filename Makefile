@@ -51,6 +51,7 @@ fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test -count=1 -run 'TestOpenAPILint|TestErrorCodes' ./api/  # OpenAPI 3.0 validation (kin-openapi) + project rules
 
 .PHONY: pg
 pg: ## make sure a Postgres is reachable and print its URL

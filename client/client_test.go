@@ -1,0 +1,434 @@
+package client_test
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/client"
+	"github.com/repolock/repolock/internal/contracttest"
+)
+
+const exampleApps = "git@github.com:argoproj/argocd-example-apps.git"
+
+// must(f())(t) is f's value, or a fatal error.
+func must[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func collect[T any](t *testing.T, seq func(func(T, error) bool)) []T {
+	t.Helper()
+	var out []T
+	for v, err := range seq {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestOperations calls every operation of the document at least once
+// against the real server, with every exchange validated against the
+// document, and checks the results.
+func TestOperations(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	anon := client.New(e.url, client.WithHTTPClient(e.hc))
+
+	// Health and the document.
+	if err := anon.Healthz(ctx); err != nil {
+		t.Errorf("Healthz: %v", err)
+	}
+	if err := anon.Readyz(ctx); err != nil {
+		t.Errorf("Readyz: %v", err)
+	}
+	if m := must(anon.Metrics(ctx))(t); !strings.Contains(string(m), "repolock_http_requests_total") {
+		t.Errorf("Metrics has no repolock_http_requests_total")
+	}
+	if y := must(anon.OpenAPIYAML(ctx))(t); !strings.Contains(string(y), "openapi: 3.0.3") {
+		t.Errorf("OpenAPIYAML: %.60q", y)
+	}
+	if j := must(anon.OpenAPIJSON(ctx))(t); !strings.Contains(string(j), `"openapi":"3.0.3"`) {
+		t.Errorf("OpenAPIJSON: %.60q", j)
+	}
+
+	// Tenants.
+	alice := e.tenant("alice")
+	me := must(alice.Me(ctx))(t)
+	if me.Name != "alice" || me.ID == "" {
+		t.Errorf("Me = %+v", me)
+	}
+	users := collect(t, e.admin.ListUsers(ctx, client.ListOptions{}))
+	if len(users) != 1 || users[0].Name != "alice" {
+		t.Errorf("ListUsers = %+v, want alice", users)
+	}
+	n := must(e.admin.Normalize(ctx, exampleApps))(t)
+	if n.Normalized != "github.com/argoproj/argocd-example-apps" || n.Input != "github.com:argoproj/argocd-example-apps.git" {
+		t.Errorf("Normalize = %+v", n)
+	}
+
+	// Applications, credentials, locks.
+	app := must(alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "guestbook", RepoURL: exampleApps, Path: "guestbook"}))(t)
+	if app.NormalizedURL != "github.com/argoproj/argocd-example-apps" || app.Path != "guestbook" || app.LockID == "" {
+		t.Errorf("CreateApplication = %+v", app)
+	}
+	if got := must(alice.GetApplication(ctx, app.ID))(t); got.ID != app.ID || got.Name != "guestbook" {
+		t.Errorf("GetApplication = %+v", got)
+	}
+	rev := "v1.2.0"
+	if got := must(alice.UpdateApplication(ctx, app.ID, client.UpdateApplicationRequest{TargetRevision: &rev}))(t); got.TargetRevision != rev || got.Path != "guestbook" {
+		t.Errorf("UpdateApplication = %+v", got)
+	}
+	other := must(alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "other", RepoURL: "https://github.com/o/other"}))(t)
+	if got := collect(t, alice.ListApplications(ctx, client.ListOptions{})); len(got) != 2 {
+		t.Errorf("ListApplications = %+v", got)
+	}
+	if err := alice.DeleteApplication(ctx, other.ID); err != nil {
+		t.Error(err)
+	}
+	cred := must(alice.CreateRepositoryCredential(ctx, client.CreateRepositoryCredentialRequest{
+		Name: "example-apps", RepoURL: "https://github.com/argoproj/argocd-example-apps", Username: "git", SecretRef: "k8s://argocd/creds"}))(t)
+	if cred.LockID != app.LockID {
+		t.Errorf("credential lock %s, application lock %s: one repository, one lock", cred.LockID, app.LockID)
+	}
+	if got := must(alice.GetRepositoryCredential(ctx, cred.ID))(t); got.SecretRef != "k8s://argocd/creds" {
+		t.Errorf("GetRepositoryCredential = %+v", got)
+	}
+	ref2 := "k8s://argocd/creds-v2"
+	if got := must(alice.UpdateRepositoryCredential(ctx, cred.ID, client.UpdateRepositoryCredentialRequest{SecretRef: &ref2}))(t); got.SecretRef != ref2 {
+		t.Errorf("UpdateRepositoryCredential = %+v", got)
+	}
+	if got := collect(t, alice.ListRepositoryCredentials(ctx, client.ListOptions{})); len(got) != 1 || got[0].ID != cred.ID {
+		t.Errorf("ListRepositoryCredentials = %+v", got)
+	}
+	locks := collect(t, alice.ListLocks(ctx, client.ListOptions{}))
+	if len(locks) != 1 || locks[0].ID != app.LockID || locks[0].Applications != 1 || locks[0].RepositoryCredentials != 1 {
+		t.Errorf("ListLocks = %+v", locks)
+	}
+	if l := must(alice.GetLock(ctx, app.LockID))(t); l.NormalizedURL != "github.com/argoproj/argocd-example-apps" {
+		t.Errorf("GetLock = %+v", l)
+	}
+	bare := must(alice.AcquireLock(ctx, "https://github.com/o/bare"))(t)
+	if !bare.Acquired || bare.NormalizedURL != "github.com/o/bare" {
+		t.Errorf("AcquireLock = %+v", bare)
+	}
+	if err := alice.DeleteRepositoryCredential(ctx, cred.ID); err != nil {
+		t.Error(err)
+	}
+
+	// Repository state.
+	repo := must(alice.CreateRepository(ctx, client.CreateRepositoryRequest{Name: "site", StorageNamespace: "s3://bucket/site"}))(t)
+	if repo.State != "active" || repo.DefaultBranch != "main" {
+		t.Errorf("CreateRepository = %+v", repo)
+	}
+	if got := must(alice.GetRepository(ctx, "site"))(t); got.InstanceUID != repo.InstanceUID {
+		t.Errorf("GetRepository = %+v", got)
+	}
+	if got := collect(t, alice.ListRepositories(ctx, client.ListOptions{})); len(got) != 1 {
+		t.Errorf("ListRepositories = %+v", got)
+	}
+	main := must(alice.GetBranch(ctx, "site", "main"))(t)
+	feature := must(alice.CreateBranch(ctx, "site", "feature/x", "main"))(t)
+	if feature.Name != "feature/x" || feature.CommitID != main.CommitID {
+		t.Errorf("CreateBranch = %+v, main at %s", feature, main.CommitID)
+	}
+	cm := must(alice.Commit(ctx, "site", "feature/x", client.CommitRequest{Message: "change", Metadata: map[string]string{"ci": "1"}}))(t)
+	if cm.Committer != "alice" || cm.Message != "change" || !slices.Contains(cm.Parents, main.CommitID) {
+		t.Errorf("Commit = %+v", cm)
+	}
+	if got := must(alice.GetCommit(ctx, "site", cm.ID))(t); got.ID != cm.ID {
+		t.Errorf("GetCommit = %+v", got)
+	}
+	if got := collect(t, alice.Log(ctx, "site", "feature/x", client.ListOptions{})); len(got) < 1 || got[0].ID != cm.ID {
+		t.Errorf("Log = %+v", got)
+	}
+	if got := collect(t, alice.ListBranches(ctx, "site", client.ListOptions{})); len(got) != 2 {
+		t.Errorf("ListBranches = %+v", got)
+	}
+	if _, err := alice.UpdateBranch(ctx, "site", "main", cm.ID, strings.Repeat("0", 64)); !client.IsPreconditionFailed(err) {
+		t.Errorf("UpdateBranch with a wrong expected commit: %v, want precondition_failed", err)
+	}
+	if got := must(alice.UpdateBranch(ctx, "site", "main", cm.ID, main.CommitID))(t); got.CommitID != cm.ID {
+		t.Errorf("UpdateBranch = %+v", got)
+	}
+	if got := must(alice.CreateTag(ctx, "site", "v1", cm.ID))(t); got.CommitID != cm.ID {
+		t.Errorf("CreateTag = %+v", got)
+	}
+	if got := must(alice.GetTag(ctx, "site", "v1"))(t); got.Name != "v1" {
+		t.Errorf("GetTag = %+v", got)
+	}
+	if got := collect(t, alice.ListTags(ctx, "site", client.ListOptions{})); len(got) != 1 {
+		t.Errorf("ListTags = %+v", got)
+	}
+	if err := alice.DeleteTag(ctx, "site", "v1"); err != nil {
+		t.Error(err)
+	}
+	if err := alice.DeleteBranch(ctx, "site", "feature/x"); err != nil {
+		t.Error(err)
+	}
+	if _, err := alice.GetBranch(ctx, "site", "feature/x"); !client.IsNotFound(err) {
+		t.Errorf("GetBranch after delete: %v, want not_found", err)
+	}
+	if err := alice.DeleteRepository(ctx, "site"); err != nil {
+		t.Error(err)
+	}
+
+	// Sync state.
+	const host = "pds.example.com"
+	h, created := must2(t)(alice.PutSyncHost(ctx, host, nil))
+	if !created || h.Name != host || h.Cursor != nil {
+		t.Errorf("PutSyncHost = %+v created %v", h, created)
+	}
+	strict := true
+	if h, created := must2(t)(alice.PutSyncHost(ctx, host, &client.PutSyncHostRequest{StrictCursor: &strict})); created || !h.StrictCursor {
+		t.Errorf("PutSyncHost again = %+v created %v", h, created)
+	}
+	if got := must(alice.GetSyncHost(ctx, host))(t); !got.StrictCursor {
+		t.Errorf("GetSyncHost = %+v", got)
+	}
+	if got := collect(t, alice.ListSyncHosts(ctx, client.ListOptions{})); len(got) != 1 {
+		t.Errorf("ListSyncHosts = %+v", got)
+	}
+	must(alice.ConnectSyncHost(ctx, host, client.ConnectRequest{}))(t)
+	ev := must(alice.ApplySyncEvents(ctx, host, []client.SyncEvent{{Cursor: 1, Repo: "did:plc:a", Rev: "r1"}}))(t)
+	if ev.Applied != 1 || ev.Host.Cursor == nil || *ev.Host.Cursor != 1 {
+		t.Errorf("ApplySyncEvents = %+v", ev)
+	}
+	ls := must(alice.RecordSyncListing(ctx, host, client.SyncListingRequest{CursorBefore: ev.Host.FirstCursorSinceReset,
+		Repos: []client.ListedRepo{{Repo: "did:plc:b", Rev: "r1"}}}))(t)
+	if ls.Created != 1 {
+		t.Errorf("RecordSyncListing = %+v", ls)
+	}
+	if got := collect(t, alice.ListSyncRepositories(ctx, client.SyncRepositoryListOptions{Host: host})); len(got) != 2 {
+		t.Errorf("ListSyncRepositories = %+v", got)
+	}
+	if got := must(alice.GetSyncRepository(ctx, "did:plc:a"))(t); got.Host != host || !got.NeedsIndex {
+		t.Errorf("GetSyncRepository = %+v", got)
+	}
+	if got := must(alice.RecordSyncIndexed(ctx, "did:plc:a", client.SyncIndexedRequest{Host: host, Rev: "r1", CursorBefore: ev.Host.FirstCursorSinceReset}))(t); got.LastIndexedRev != "r1" {
+		t.Errorf("RecordSyncIndexed = %+v", got)
+	}
+
+	// GC and reports.
+	zero := time.Duration(0)
+	dry := must(e.admin.RunGC(ctx, client.GCOptions{DryRun: true, MinAge: &zero}))(t)
+	if dry.Status != "succeeded" || dry.Scanned != 1 || len(dry.WouldCollect) != 1 || dry.WouldCollect[0].LockID != bare.LockID {
+		t.Errorf("RunGC dry run = %+v", dry)
+	}
+	run := must(e.admin.RunGC(ctx, client.GCOptions{MinAge: &zero, BatchSize: 10}))(t)
+	if run.Status != "succeeded" || run.Deleted != 1 {
+		t.Errorf("RunGC = %+v", run)
+	}
+	if _, err := alice.GetLock(ctx, bare.LockID); !client.IsNotFound(err) {
+		t.Errorf("GetLock of a collected lock: %v, want not_found", err)
+	}
+	if got := must(e.admin.GetGCRun(ctx, run.ID))(t); got.Deleted != 1 {
+		t.Errorf("GetGCRun = %+v", got)
+	}
+	if got := collect(t, e.admin.ListGCRuns(ctx, client.ListOptions{})); len(got) != 2 || got[0].ID != run.ID {
+		t.Errorf("ListGCRuns = %+v", got)
+	}
+	reports := must(e.admin.ListReports(ctx))(t)
+	if len(reports) != 5 {
+		t.Errorf("ListReports = %+v", reports)
+	}
+	rows := must(e.admin.GetReport(ctx, "locks", client.ReportOptions{Limit: 10}))(t)
+	if rows.Report != "locks" || len(rows.Items) != 1 {
+		t.Errorf("GetReport(locks) = %+v", rows)
+	}
+	if csv := must(e.admin.GetReportCSV(ctx, "locks", client.ReportOptions{}))(t); strings.Count(string(csv), "\n") != 2 {
+		t.Errorf("GetReportCSV(locks) = %q, want a header and one row", csv)
+	}
+	var ce *client.Error
+	if _, err := e.admin.GetReport(ctx, "nope", client.ReportOptions{}); !errors.As(err, &ce) || ce.StatusCode != 404 || ce.Details["valid_names"] == nil {
+		t.Errorf("GetReport(nope): %v, want 404 with valid_names", err)
+	}
+
+	// Tokens and deletion.
+	tok := must(e.admin.IssueToken(ctx, "alice"))(t)
+	alice2 := client.New(e.url, client.WithToken(tok), client.WithHTTPClient(e.hc))
+	if got := must(alice2.Me(ctx))(t); got.Name != "alice" {
+		t.Errorf("Me with the issued token = %+v", got)
+	}
+	if n := must(e.admin.RevokeTokens(ctx, "alice"))(t); n != 2 {
+		t.Errorf("RevokeTokens = %d, want 2", n)
+	}
+	if _, err := alice2.Me(ctx); !client.IsUnauthenticated(err) {
+		t.Errorf("Me with a revoked token: %v, want unauthenticated", err)
+	}
+	del := must(e.admin.DeleteUser(ctx, "alice"))(t)
+	if del.User != "alice" || del.Applications != 1 || del.LocksReleased != 1 {
+		t.Errorf("DeleteUser = %+v", del)
+	}
+
+	// Every operation but the pending HEAD ones went through the validator.
+	checked := contracttest.New(t).Checked()
+	for id := range operationMethods {
+		if checked[id] == 0 && id != "headHealthz" && id != "headReadyz" {
+			t.Errorf("operation %s was not exercised", id)
+		}
+	}
+}
+
+func must2(t *testing.T) func(client.SyncHost, bool, error) (client.SyncHost, bool) {
+	return func(h client.SyncHost, b bool, err error) (client.SyncHost, bool) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, b
+	}
+}
+
+// TestErrors: the error shape becomes *client.Error with the code, status
+// and details, and the Is* helpers answer on it.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	alice, bob := e.tenant("alice"), e.tenant("bob")
+	app := must(alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "guestbook", RepoURL: exampleApps}))(t)
+
+	_, err := bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "mine", RepoURL: "https://github.com/argoproj/argocd-example-apps/"})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.StatusCode != http.StatusConflict || ce.Code != client.CodeRepositoryClaimed || ce.Owner() != "alice" || ce.RequestID == "" {
+		t.Fatalf("claimed: %#v", err)
+	}
+	if owner, ok := client.ClaimedBy(err); !client.IsClaimed(err) || !ok || owner != "alice" || client.IsNotFound(err) {
+		t.Errorf("IsClaimed/ClaimedBy = %v/%q %v", client.IsClaimed(err), owner, ok)
+	}
+	if _, err := bob.GetApplication(ctx, app.ID); !client.IsNotFound(err) {
+		t.Errorf("another tenant's application: %v, want not_found", err)
+	}
+	if _, err := alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "guestbook", RepoURL: exampleApps}); !client.IsAlreadyExists(err) {
+		t.Errorf("a taken name: %v, want already_exists", err)
+	}
+	if _, err := alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "x", RepoURL: "not a url"}); !client.IsInvalid(err) {
+		t.Errorf("a bad URL: %v, want invalid_argument", err)
+	}
+	if _, err := alice.ListUsersPage(ctx, client.ListOptions{}); !client.IsForbidden(err) {
+		t.Errorf("tenant token on an admin route: %v, want forbidden", err)
+	}
+	if _, err := client.New(e.url, client.WithHTTPClient(e.hc)).Me(ctx); !client.IsUnauthenticated(err) {
+		t.Errorf("no token: %v, want unauthenticated", err)
+	}
+	if err := alice.DeleteApplication(ctx, app.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The repository is free again.
+	if _, err := bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "mine", RepoURL: exampleApps}); err != nil {
+		t.Errorf("after alice's last reference went: %v", err)
+	}
+}
+
+// TestPagination: the iterators walk every page; the page methods expose
+// the token.
+func TestPagination(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	alice := e.tenant("alice")
+	for i := range 5 {
+		must(alice.CreateApplication(ctx, client.CreateApplicationRequest{
+			Name: "app-" + string(rune('a'+i)), RepoURL: "https://github.com/o/r" + string(rune('a'+i))}))(t)
+	}
+	first := must(alice.ListApplicationsPage(ctx, client.ListOptions{PageSize: 2}))(t)
+	if len(first.Items) != 2 || first.NextPageToken == "" {
+		t.Fatalf("first page = %+v", first)
+	}
+	var names []string
+	for app, err := range alice.ListApplications(ctx, client.ListOptions{PageSize: 2}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, app.Name)
+	}
+	slices.Sort(names)
+	if strings.Join(names, ",") != "app-a,app-b,app-c,app-d,app-e" {
+		t.Errorf("ListApplications = %v", names)
+	}
+	// Breaking out of the loop stops fetching.
+	n := 0
+	for range alice.ListLocks(ctx, client.ListOptions{PageSize: 1}) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Errorf("break: %d items", n)
+	}
+	// A bad page size is the server's 400, yielded once.
+	var errs int
+	for _, err := range alice.ListLocks(ctx, client.ListOptions{PageSize: 501}) {
+		if !client.IsInvalid(err) {
+			t.Errorf("page_size 501: %v, want invalid_argument", err)
+		}
+		errs++
+	}
+	if errs != 1 {
+		t.Errorf("page_size 501 yielded %d times", errs)
+	}
+}
+
+// TestEmptyLists: an empty list is "items": [] (the document does not
+// allow null).
+func TestEmptyLists(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	alice := e.tenant("alice")
+	if p := must(alice.ListRepositoriesPage(ctx, client.ListOptions{}))(t); len(p.Items) != 0 {
+		t.Errorf("repositories: %+v", p)
+	}
+	must(alice.CreateRepository(ctx, client.CreateRepositoryRequest{Name: "empty", StorageNamespace: "s3://b/empty"}))(t)
+	if p := must(alice.ListSyncHostsPage(ctx, client.ListOptions{}))(t); len(p.Items) != 0 {
+		t.Errorf("sync hosts: %+v", p)
+	}
+	if _, _, err := alice.PutSyncHost(ctx, "h", nil); err != nil {
+		t.Fatal(err)
+	}
+	pages := map[string]func() (int, error){
+		"applications": func() (int, error) {
+			p, err := alice.ListApplicationsPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"credentials": func() (int, error) {
+			p, err := alice.ListRepositoryCredentialsPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"locks": func() (int, error) {
+			p, err := alice.ListLocksPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"sync repos": func() (int, error) {
+			p, err := alice.ListSyncRepositoriesPage(ctx, client.SyncRepositoryListOptions{NeedsIndex: true, Host: "h"})
+			return len(p.Items), err
+		},
+		"gc runs": func() (int, error) {
+			p, err := e.admin.ListGCRunsPage(ctx, client.ListOptions{})
+			return len(p.Items), err
+		},
+		"tags": func() (int, error) {
+			p, err := alice.ListTagsPage(ctx, "empty", client.ListOptions{})
+			return len(p.Items), err
+		},
+		"report rows": func() (int, error) {
+			r, err := e.admin.GetReport(ctx, "denials", client.ReportOptions{})
+			return len(r.Items), err
+		},
+	}
+	for name, list := range pages {
+		if n, err := list(); err != nil || n != 0 {
+			t.Errorf("%s: %d items, %v; want none", name, n, err)
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Code is an error code of the API's one error shape.
+type Code string
+
+// The error codes (the ErrorCode enum of the document).
+const (
+	CodeInvalidArgument      Code = "invalid_argument"       // 400
+	CodeUnauthenticated      Code = "unauthenticated"        // 401
+	CodeForbidden            Code = "forbidden"              // 403
+	CodeNotFound             Code = "not_found"              // 404
+	CodeMethodNotAllowed     Code = "method_not_allowed"     // 405
+	CodeAlreadyExists        Code = "already_exists"         // 409
+	CodeConflict             Code = "conflict"               // 409
+	CodeRepositoryClaimed    Code = "repository_claimed"     // 409
+	CodeRepositoryDeleting   Code = "repository_deleting"    // 410
+	CodePreconditionFailed   Code = "precondition_failed"    // 412
+	CodePayloadTooLarge      Code = "payload_too_large"      // 413
+	CodeUnsupportedMediaType Code = "unsupported_media_type" // 415
+	CodeTooManyRequests      Code = "too_many_requests"      // 429
+	CodeInternal             Code = "internal"               // 500
+	CodeUnavailable          Code = "unavailable"            // 503
+	CodeTimeout              Code = "timeout"                // 504
+)
+
+// Error is an error answered by the server:
+// {"error":{"code":"...","message":"...", ...details}}.
+type Error struct {
+	StatusCode int
+	Code       Code
+	Message    string
+	// Details holds the other fields of the error object ("owner" of
+	// repository_claimed, "valid_names" of an unknown report...).
+	Details map[string]any
+	// RequestID is the response's X-Request-ID (the server logs it).
+	RequestID string
+	// RetryAfter is the response's Retry-After, 0 when absent.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("repolock: %d %s: %s", e.StatusCode, e.Code, e.Message)
+}
+
+// Owner is the tenant named by a repository_claimed error ("" otherwise).
+func (e *Error) Owner() string {
+	s, _ := e.Details["owner"].(string)
+	return s
+}
+
+func newError(resp *http.Response, body []byte) *Error {
+	e := &Error{
+		StatusCode: resp.StatusCode,
+		RequestID:  resp.Header.Get("X-Request-ID"),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+	var shape struct {
+		Error map[string]any `json:"error"`
+	}
+	if json.Unmarshal(body, &shape) == nil && shape.Error != nil {
+		for k, v := range shape.Error {
+			switch k {
+			case "code":
+				s, _ := v.(string)
+				e.Code = Code(s)
+			case "message":
+				e.Message, _ = v.(string)
+			default:
+				if e.Details == nil {
+					e.Details = map[string]any{}
+				}
+				e.Details[k] = v
+			}
+		}
+	}
+	if e.Code == "" {
+		// Not the API's shape (a proxy's page, a HEAD response...).
+		e.Code = codeOfStatus(resp.StatusCode)
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	return e
+}
+
+func codeOfStatus(status int) Code {
+	switch status {
+	case 400:
+		return CodeInvalidArgument
+	case 401:
+		return CodeUnauthenticated
+	case 403:
+		return CodeForbidden
+	case 404:
+		return CodeNotFound
+	case 405:
+		return CodeMethodNotAllowed
+	case 409:
+		return CodeConflict
+	case 410:
+		return CodeRepositoryDeleting
+	case 412:
+		return CodePreconditionFailed
+	case 413:
+		return CodePayloadTooLarge
+	case 415:
+		return CodeUnsupportedMediaType
+	case 429:
+		return CodeTooManyRequests
+	case 503:
+		return CodeUnavailable
+	case 504:
+		return CodeTimeout
+	}
+	return CodeInternal
+}
+
+// IsCode reports whether err is (or wraps) an *Error with the code.
+func IsCode(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// ClaimedBy returns the owner named by a repository_claimed error.
+func ClaimedBy(err error) (owner string, ok bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeRepositoryClaimed {
+		return e.Owner(), true
+	}
+	return "", false
+}
+
+// IsClaimed: another tenant owns the repository URL (409 repository_claimed).
+func IsClaimed(err error) bool { return IsCode(err, CodeRepositoryClaimed) }
+
+// IsNotFound: no such resource, or not the caller's (404).
+func IsNotFound(err error) bool { return IsCode(err, CodeNotFound) }
+
+// IsAlreadyExists: the name is taken (409 already_exists).
+func IsAlreadyExists(err error) bool { return IsCode(err, CodeAlreadyExists) }
+
+// IsConflict: a concurrent change won; retrying may succeed (409 conflict).
+func IsConflict(err error) bool { return IsCode(err, CodeConflict) }
+
+// IsInvalid: the request was refused as bad input (400).
+func IsInvalid(err error) bool { return IsCode(err, CodeInvalidArgument) }
+
+// IsUnauthenticated: no token, or an unknown or revoked one (401).
+func IsUnauthenticated(err error) bool { return IsCode(err, CodeUnauthenticated) }
+
+// IsForbidden: a token of the wrong kind (403).
+func IsForbidden(err error) bool { return IsCode(err, CodeForbidden) }
+
+// IsPreconditionFailed: an expected value did not match (412).
+func IsPreconditionFailed(err error) bool { return IsCode(err, CodePreconditionFailed) }
+
+// IsDeleting: the repository is being deleted (410).
+func IsDeleting(err error) bool { return IsCode(err, CodeRepositoryDeleting) }
+
+// IsUnavailable: the server or its database is unavailable (503), or asks
+// to slow down (429); both are worth retrying later.
+func IsUnavailable(err error) bool {
+	return IsCode(err, CodeUnavailable) || IsCode(err, CodeTooManyRequests)
+}
