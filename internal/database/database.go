@@ -31,6 +31,9 @@ type DB struct {
 	retry RetryPolicy
 	// stmts caches prepared statements by query text (stmt.go).
 	stmts sync.Map
+	// unprepared turns the cache off (behind a transaction-pooling
+	// PgBouncer, pooler.go).
+	unprepared bool
 }
 
 // PoolConfig sets the pool's limits. Zero values select the defaults.
@@ -47,7 +50,11 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*DB, error) {
 	if url == "" {
 		return nil, fmt.Errorf("database: no database URL given (set DATABASE_URL)")
 	}
-	sdb, err := sqlx.Open("postgres", url)
+	dsn, err := ConnString(url)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	sdb, err := sqlx.Open("postgres", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("database: open: %w", err)
 	}
