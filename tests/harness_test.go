@@ -277,7 +277,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == "DATABASE_URL", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
+		case k == "DATABASE_URL", k == "MIGRATE_DATABASE_URL", k == "REPORTS_DATABASE_URL", k == "DB_PREPARED_STATEMENTS", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
 			k == "LOG_LEVEL", k == "LOG_FORMAT", k == "REQUEST_TIMEOUT", k == "SHUTDOWN_TIMEOUT",
 			strings.HasPrefix(k, "GC_"):
 			continue

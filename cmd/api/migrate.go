@@ -52,7 +52,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	logger, db, err := common.connect(ctx, e)
+	logger, db, err := common.connectMigration(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/httpapi"
 )
 
@@ -39,7 +38,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	defer db.Close()
 
 	if *migrateOnStart {
-		if err := database.MigrateUp(ctx, db, logger); err != nil {
+		if err := common.migrateUp(ctx, db, logger); err != nil {
 			return err
 		}
 	}
