@@ -250,7 +250,7 @@ func (pb *pgBouncer) stats(t *testing.T, upstream string) (xacts, serverConns in
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
