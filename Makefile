@@ -38,6 +38,11 @@ test: ## start Postgres if needed, go vet, go test -race on every package
 	$(GO) vet ./...; \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
 
+.PHONY: test-ha
+test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_basebackup), crash and promote under load
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" $(GO) test -tags ha -race -count=1 -timeout 15m -run '^TestHA' -v ./tests/
+
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
 	@set -e; url=$$($(PG_ENSURE)); \

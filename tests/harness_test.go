@@ -76,7 +76,7 @@ func startServer(t *testing.T) *server {
 	return startServerWith(t, serverOptions{})
 }
 
-func startServerWith(t *testing.T, opts serverOptions) *server {
+func startServerWith(t testing.TB, opts serverOptions) *server {
 	t.Helper()
 	dbURL := opts.DatabaseURL
 	if dbURL == "" {
@@ -143,7 +143,7 @@ func startServerWith(t *testing.T, opts serverOptions) *server {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *server) stop(t *testing.T) {
+func (s *server) stop(t testing.TB) {
 	t.Helper()
 	select {
 	case <-s.exited:
@@ -164,7 +164,7 @@ func (s *server) stop(t *testing.T) {
 }
 
 // createTenant creates a tenant over the admin API and returns its token.
-func (s *server) createTenant(t *testing.T, name string) string {
+func (s *server) createTenant(t testing.TB, name string) string {
 	t.Helper()
 	status, resp := s.do(t, http.MethodPost, "/v1/admin/users", s.AdminToken, map[string]any{"name": name})
 	if status != http.StatusCreated {
@@ -179,7 +179,7 @@ func (s *server) createTenant(t *testing.T, name string) string {
 
 // do sends a JSON request (body nil for none) with a bearer token (empty for
 // none) and decodes a JSON object response (nil for an empty body).
-func (s *server) do(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+func (s *server) do(t testing.TB, method, path, token string, body any) (int, map[string]any) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -206,7 +206,7 @@ func (s *server) do(t *testing.T, method, path, token string, body any) (int, ma
 
 // doRaw sends a request with the given headers and returns status, headers
 // and body.
-func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header, body io.Reader) (int, http.Header, []byte) {
+func (s *server) doRaw(t testing.TB, method, path, token string, hdr http.Header, body io.Reader) (int, http.Header, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

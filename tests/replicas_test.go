@@ -167,7 +167,7 @@ func raceWorkload(t *testing.T, replicas []*server, tokens []string) map[int]int
 	return statuses
 }
 
-func postJSON(t *testing.T, s *server, path, token string, body any) (int, []byte) {
+func postJSON(t testing.TB, s *server, path, token string, body any) (int, []byte) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		t.Error(err)
