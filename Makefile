@@ -48,6 +48,12 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 	@set -e; url=$$($(PG_ENSURE)); \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
 
+.PHONY: bench-scale
+bench-scale: ## capacity at 10M locks vs 100k (SCALE_LOCKS, SCALE_SMALL, SCALE_TENANTS, SCALE_EVENTS) and the cost of a synchronous standby; long, not in make test
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" $(GO) test -tags ha -run '^$$' -bench 'HASynchronousCommit' -benchtime 1x -timeout 30m ./tests/; \
+	TEST_DATABASE_URL="$$url" $(GO) test -tags scale -run '^$$' -bench 'Scale' -benchtime 1x -timeout 180m ./tests/
+
 .PHONY: fuzz
 fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
 	$(GO) test -run '^$$' -fuzz FuzzRepoURL -fuzztime $(FUZZTIME) ./internal/normalize

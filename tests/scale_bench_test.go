@@ -1,0 +1,310 @@
+//go:build scale
+
+package tests
+
+import (
+	"database/sql"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/internal/dbtest"
+)
+
+// Capacity at scale (make bench-scale): the same figures at SCALE_SMALL
+// (default 100,000) and SCALE_LOCKS (default 10,000,000) locks over
+// SCALE_TENANTS (default 10,000) tenants, in one run, each on its own
+// database filled with set-based SQL (generate_series): 99% of the locks
+// referenced by an application or a credential (half each), 1% unreferenced
+// and an hour old, and SCALE_EVENTS (default 1,000,000)
+// repository_lock_events. Then, through the real binary:
+//
+//   - acquire and create-application: p50/p99 and rate of new claims by 8
+//     clients;
+//   - the first page of a tenant's locks;
+//   - one GC run collecting the 1% unreferenced locks;
+//   - report queries (ownership for 100 tenants, the last 1000 denials);
+//   - disk size per table and index.
+//
+// Targets (printed, not asserted): acquire p99 at the large size within
+// 1.5x of the small; GC time proportional to the unreferenced locks, not to
+// the table.
+func BenchmarkScale(b *testing.B) {
+	small := envIntOr("SCALE_SMALL", 100_000)
+	large := envIntOr("SCALE_LOCKS", 10_000_000)
+	tenants := envIntOr("SCALE_TENANTS", 10_000)
+	events := envIntOr("SCALE_EVENTS", 1_000_000)
+	var results []*scaleResult
+	for _, n := range []int{small, large} {
+		results = append(results, runScale(b, n, tenants, events))
+	}
+	s, l := results[0], results[1]
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%-34s %16s %16s %8s\n", "", fmtCount(s.locks)+" locks", fmtCount(l.locks)+" locks", "ratio")
+	row := func(name string, a, c float64, unit string) {
+		fmt.Fprintf(&out, "%-34s %14.2f%-2s %14.2f%-2s %7.2fx\n", name, a, unit, c, unit, c/a)
+	}
+	for _, op := range []string{"acquire", "create application", "list locks (first page)", "report ownership (100 tenants)", "report denials (1000)"} {
+		a, c := s.ops[op], l.ops[op]
+		row(op+" p50", ms(a.p50), ms(c.p50), "ms")
+		row(op+" p99", ms(a.p99), ms(c.p99), "ms")
+		row(op+" rate", a.rate, c.rate, "/s")
+	}
+	row("GC (1% unreferenced) time", s.gcTime.Seconds(), l.gcTime.Seconds(), "s ")
+	row("GC locks deleted", float64(s.gcDeleted), float64(l.gcDeleted), "  ")
+	row("GC time per deleted lock", 1e6*s.gcTime.Seconds()/float64(max(s.gcDeleted, 1)), 1e6*l.gcTime.Seconds()/float64(max(l.gcDeleted, 1)), "µs")
+	row("data generation", s.loadTime.Seconds(), l.loadTime.Seconds(), "s ")
+	fmt.Fprintf(&out, "\ntarget: acquire p99 at %s within 1.5x of at %s: %.2fx\n", fmtCount(l.locks), fmtCount(s.locks), ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99))
+	fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks: %.1fx the deletions took %.1fx the time\n",
+		float64(l.gcDeleted)/float64(max(s.gcDeleted, 1)), l.gcTime.Seconds()/s.gcTime.Seconds())
+	fmt.Fprintf(&out, "\ndisk sizes at %s locks:\n%s", fmtCount(l.locks), l.sizes)
+	fmt.Fprintf(&out, "\ndisk sizes at %s locks:\n%s", fmtCount(s.locks), s.sizes)
+	b.Log(out.String())
+	fmt.Fprint(os.Stderr, out.String())
+	b.ReportMetric(ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99), "acquire_p99_ratio")
+}
+
+type opStats struct {
+	p50, p99 time.Duration
+	rate     float64
+}
+
+type scaleResult struct {
+	locks     int
+	ops       map[string]opStats
+	gcTime    time.Duration
+	gcDeleted int64
+	loadTime  time.Duration
+	sizes     string
+}
+
+func runScale(b *testing.B, locks, tenants, events int) *scaleResult {
+	b.Helper()
+	r := &scaleResult{locks: locks, ops: map[string]opStats{}}
+	dbURL := dbtest.NewDatabase(b, true)
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // one session: its SET applies to every statement
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bench-scale %s: %s %s\n", fmtCount(locks), time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	exec := func(q string, args ...any) {
+		b.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			b.Fatalf("%v\n%s", err, q)
+		}
+	}
+
+	// The data, set-based. Lock g belongs to tenant g % tenants; g % 100 = 0
+	// is unreferenced, odd g has an application, even g a credential.
+	start := time.Now()
+	exec(`SET synchronous_commit = off`)
+	exec(`SET maintenance_work_mem = '256MB'`)
+	exec(`INSERT INTO cluster_users (name) SELECT 'scale-' || g FROM generate_series(0, $1 - 1) g`, tenants)
+	exec(`CREATE UNLOGGED TABLE scale_tenants AS SELECT (substr(name, 7))::int AS n, id FROM cluster_users WHERE name LIKE 'scale-%'`)
+	exec(`CREATE UNIQUE INDEX ON scale_tenants (n)`)
+	const chunk = 500_000
+	for lo := 0; lo < locks; lo += chunk {
+		hi := min(lo+chunk, locks)
+		exec(`INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
+			SELECT 'github.com/scale-' || (g % $3) || '/repo-' || g, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond'
+			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3`, lo, hi, tenants)
+		exec(`WITH o AS (
+				SELECT o.id, o.git_repository_url, o.cluster_user_id, g
+				FROM generate_series($1::int, $2::int - 1) g
+				JOIN RepositoryLockOwner o ON o.git_repository_url = 'github.com/scale-' || (g % $3) || '/repo-' || g
+				WHERE g % 100 <> 0 AND g % 2 = 1),
+			a AS (
+				INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url)
+				SELECT cluster_user_id, 'app-' || g, 'https://' || git_repository_url, git_repository_url FROM o
+				RETURNING id, normalized_url)
+			INSERT INTO RepositoryLockApplication (application_id, lock_id)
+			SELECT a.id, o.id FROM a JOIN o ON o.git_repository_url = a.normalized_url`, lo, hi, tenants)
+		exec(`WITH o AS (
+				SELECT o.id, o.git_repository_url, o.cluster_user_id, g
+				FROM generate_series($1::int, $2::int - 1) g
+				JOIN RepositoryLockOwner o ON o.git_repository_url = 'github.com/scale-' || (g % $3) || '/repo-' || g
+				WHERE g % 100 <> 0 AND g % 2 = 0),
+			c AS (
+				INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+				SELECT cluster_user_id, 'cred-' || g, 'https://' || git_repository_url, git_repository_url, 'git', 'vault://scale/' || g FROM o
+				RETURNING id, normalized_url)
+			INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id)
+			SELECT c.id, o.id FROM c JOIN o ON o.git_repository_url = c.normalized_url`, lo, hi, tenants)
+		progress("%s of %s locks with their references", fmtCount(hi), fmtCount(locks))
+	}
+	exec(`INSERT INTO repository_lock_events (event, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, created_at)
+		SELECT CASE WHEN g % 10 = 0 THEN 'denied' WHEN g % 3 = 0 THEN 'released' ELSE 'acquired' END,
+		       'github.com/scale-' || (g % $2) || '/repo-' || g, t.id, 'scale-' || t.n, t.id, 'scale-' || t.n,
+		       now() - (g % 86400) * interval '1 second'
+		FROM generate_series(0, $1 - 1) g JOIN scale_tenants t ON t.n = g % $2`, events, tenants)
+	exec(`DROP TABLE scale_tenants`)
+	progress("events done; VACUUM ANALYZE")
+	exec(`VACUUM ANALYZE`)
+	r.loadTime = time.Since(start)
+	progress("data ready in %s", r.loadTime.Round(time.Second))
+
+	// Through the binary.
+	s := startServerWith(b, serverOptions{DatabaseURL: dbURL, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=10m"}})
+	clients := make([]string, 8)
+	for i := range clients {
+		clients[i] = s.createTenant(b, fmt.Sprintf("bench-%d", i))
+	}
+	const perClient = 250
+	// Warm-up (not measured): connections, caches, the plan of each query.
+	measure(b, clients, 25, func(ci int, token string, i int) (int, []byte) {
+		return postJSON(b, s, "/v1/locks/acquire", token, map[string]any{"repo_url": fmt.Sprintf("https://github.com/bench-%d/warm-%d", ci, i)})
+	}, http.StatusOK)
+	r.ops["acquire"] = measure(b, clients, perClient, func(ci int, token string, i int) (int, []byte) {
+		return postJSON(b, s, "/v1/locks/acquire", token, map[string]any{"repo_url": fmt.Sprintf("https://github.com/bench-%d/acquire-%d", ci, i)})
+	}, http.StatusOK)
+	r.ops["create application"] = measure(b, clients, perClient, func(ci int, token string, i int) (int, []byte) {
+		return postJSON(b, s, "/v1/applications", token, map[string]any{"name": fmt.Sprintf("app-%d", i), "repo_url": fmt.Sprintf("https://github.com/bench-%d/app-%d", ci, i)})
+	}, http.StatusCreated)
+	// A generated tenant's locks (locks/tenants of them).
+	status, resp := s.do(b, http.MethodPost, "/v1/admin/users/scale-1/tokens", s.AdminToken, nil)
+	bulk, _ := resp["token"].(string)
+	if status != http.StatusCreated || bulk == "" {
+		b.Fatalf("token for scale-1: %d %v", status, resp)
+	}
+	bulkTokens := make([]string, len(clients))
+	for i := range bulkTokens {
+		bulkTokens[i] = bulk
+	}
+	r.ops["list locks (first page)"] = measure(b, bulkTokens, 50, func(_ int, token string, _ int) (int, []byte) {
+		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/locks?page_size=50", token, nil, nil)
+		return st, raw
+	}, http.StatusOK)
+	adminTokens := []string{s.AdminToken, s.AdminToken}
+	r.ops["report ownership (100 tenants)"] = measure(b, adminTokens, 10, func(_ int, token string, _ int) (int, []byte) {
+		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/admin/reports/ownership?limit=100", token, nil, nil)
+		return st, raw
+	}, http.StatusOK)
+	r.ops["report denials (1000)"] = measure(b, adminTokens, 10, func(_ int, token string, _ int) (int, []byte) {
+		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/admin/reports/denials?limit=1000", token, nil, nil)
+		return st, raw
+	}, http.StatusOK)
+	progress("requests measured; GC")
+
+	// GC: the 1% generated unreferenced (an hour old), not the bench's own
+	// fresh acquires.
+	gcStart := time.Now()
+	status, resp = s.do(b, http.MethodPost, "/v1/admin/gc?min_age=1h", s.AdminToken, nil)
+	r.gcTime = time.Since(gcStart)
+	if status != http.StatusOK || resp["status"] != "succeeded" {
+		b.Fatalf("gc: %d %v", status, resp)
+	}
+	deleted, _ := resp["deleted"].(float64)
+	r.gcDeleted = int64(deleted)
+	if want := int64((locks + 99) / 100); r.gcDeleted != want {
+		b.Errorf("gc deleted %d locks, want the %d generated unreferenced ones", r.gcDeleted, want)
+	}
+	progress("GC deleted %d in %s", r.gcDeleted, r.gcTime.Round(time.Millisecond))
+
+	// Disk sizes.
+	rows, err := db.Query(`
+SELECT c.relname, c.relkind, pg_total_relation_size(c.oid), pg_relation_size(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND pg_total_relation_size(c.oid) > 1024 * 1024
+ORDER BY pg_total_relation_size(c.oid) DESC`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sizes strings.Builder
+	for rows.Next() {
+		var name, kind string
+		var total, own int64
+		if err := rows.Scan(&name, &kind, &total, &own); err != nil {
+			b.Fatal(err)
+		}
+		if kind == "r" {
+			fmt.Fprintf(&sizes, "  table %-52s %9s total, %9s heap\n", name, fmtBytes(total), fmtBytes(own))
+		} else {
+			fmt.Fprintf(&sizes, "    index %-50s %9s\n", name, fmtBytes(own))
+		}
+	}
+	rows.Close()
+	var dbSize int64
+	_ = db.QueryRow(`SELECT pg_database_size(current_database())`).Scan(&dbSize)
+	fmt.Fprintf(&sizes, "  database %s\n", fmtBytes(dbSize))
+	r.sizes = sizes.String()
+	s.stop(b)
+	return r
+}
+
+// measure runs perClient calls of do for each token at once and returns the
+// latency percentiles and the rate. Any status but ok fails the benchmark.
+func measure(b *testing.B, tokens []string, perClient int, do func(ci int, token string, i int) (int, []byte), ok int) opStats {
+	b.Helper()
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for ci, token := range tokens {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perClient {
+				t0 := time.Now()
+				status, raw := do(ci, token, i)
+				d := time.Since(t0)
+				if status != ok {
+					b.Errorf("status %d %s", status, raw)
+					return
+				}
+				mu.Lock()
+				lats = append(lats, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(lats) == 0 {
+		b.Fatal("no successful request")
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	return opStats{p50: lats[len(lats)/2], p99: lats[len(lats)*99/100], rate: float64(len(lats)) / elapsed.Seconds()}
+}
+
+func envIntOr(key string, def int) int {
+	if v := os.Getenv(key); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fmtCount(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d kB", n>>10)
+}
