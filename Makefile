@@ -52,6 +52,14 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+.PHONY: image
+image: ## build the container image localhost/repolock:VERSION with buildah, no base image pulled (scripts/image.sh)
+	@scripts/image.sh
+
+.PHONY: test-image
+test-image: ## build the image, inspect it and, where podman can run it, start it against Postgres (scripts/test-image.sh)
+	@set -e; url=$$($(PG_ENSURE)); TEST_DATABASE_URL="$$url" scripts/test-image.sh
+
 .PHONY: pg
 pg: ## make sure a Postgres is reachable and print its URL
 	@$(PG_ENSURE)
