@@ -8,6 +8,9 @@
 // that Services, PodDisruptionBudgets and ServiceMonitors select what they
 // are meant to.
 //
+// Its tests also check compose.yaml and the Containerfile (neither can run
+// here: no Docker engine, no base image to pull).
+//
 // It is its own Go module so that the main module does not depend on
 // kustomize and k8s.io/api; `make test-deploy` (part of `make test`) runs
 // its tests.

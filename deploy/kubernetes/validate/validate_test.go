@@ -433,3 +433,90 @@ func TestCompose(t *testing.T) {
 		t.Errorf("repolock hardening: read_only %v cap_drop %v security_opt %v", api.ReadOnly, api.CapDrop, api.SecurityOpt)
 	}
 }
+
+// TestContainerfile checks the Containerfile, which cannot be built here
+// (no base image can be pulled; `make test-image` tests the image
+// scripts/image.sh assembles instead): the final stage has the properties
+// the docs promise and the same entrypoint, command, user, environment and
+// labels as scripts/image.sh sets.
+func TestContainerfile(t *testing.T) {
+	data, err := os.ReadFile("../../../Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Instructions, with continuation lines joined and comments dropped.
+	var instrs []string
+	var cur strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "#")) {
+			continue
+		}
+		if strings.HasSuffix(trimmed, "\\") {
+			cur.WriteString(strings.TrimSuffix(trimmed, "\\") + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		instrs = append(instrs, cur.String())
+		cur.Reset()
+	}
+	var stages [][]string
+	for _, in := range instrs {
+		if strings.HasPrefix(in, "FROM ") {
+			stages = append(stages, nil)
+		}
+		if len(stages) > 0 {
+			stages[len(stages)-1] = append(stages[len(stages)-1], in)
+		}
+	}
+	if len(stages) != 2 {
+		t.Fatalf("%d stages, want 2 (builder, runtime)", len(stages))
+	}
+	has := func(stage []string, want string) bool {
+		return slices.ContainsFunc(stage, func(in string) bool { return strings.Contains(in, want) })
+	}
+	build, final := stages[0], stages[1]
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/api"} {
+		if !has(build, want) {
+			t.Errorf("builder stage has no %q", want)
+		}
+	}
+	for _, want := range []string{
+		"FROM gcr.io/distroless/static-debian12:nonroot",
+		"COPY --from=build /out/api /api",
+		"ENV LISTEN_ADDR=0.0.0.0:8080",
+		"USER 65532:65532",
+		`ENTRYPOINT ["/api"]`,
+		`CMD ["serve"]`,
+		`org.opencontainers.image.source="${SOURCE}"`,
+		`org.opencontainers.image.version="${VERSION}"`,
+		`org.opencontainers.image.revision="${REVISION}"`,
+	} {
+		if !has(final, want) {
+			t.Errorf("final stage has no %q", want)
+		}
+	}
+	if has(final, "RUN ") {
+		t.Errorf("final stage runs a command: the image has no shell")
+	}
+
+	script, err := os.ReadFile("../../../scripts/image.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"--user 65532:65532",
+		"--env LISTEN_ADDR=0.0.0.0:8080",
+		`--entrypoint '["/api"]'`,
+		"--cmd serve",
+		"org.opencontainers.image.source=",
+		"org.opencontainers.image.version=",
+		"org.opencontainers.image.revision=",
+		"CGO_ENABLED=0",
+		"-trimpath",
+	} {
+		if !strings.Contains(string(script), want) {
+			t.Errorf("scripts/image.sh does not set %q like the Containerfile", want)
+		}
+	}
+}
