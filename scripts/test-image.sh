@@ -42,7 +42,10 @@ insp() { buildah inspect --type image --format "$1" "$IMAGE_REF"; }
 [ "$(insp '{{.OCIv1.Config.Entrypoint}}')" = "[/api]" ] || fail "entrypoint is $(insp '{{.OCIv1.Config.Entrypoint}}'), want [/api]"
 [ "$(insp '{{.OCIv1.Config.Cmd}}')" = "[serve]" ] || fail "cmd is $(insp '{{.OCIv1.Config.Cmd}}'), want [serve]"
 [ "$(insp '{{.OCIv1.Config.User}}')" = "65532:65532" ] || fail "user is '$(insp '{{.OCIv1.Config.User}}')', want 65532:65532"
-insp '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' | grep -qx 'LISTEN_ADDR=0.0.0.0:8080' || fail "LISTEN_ADDR=0.0.0.0:8080 is not in the image's environment"
+# (grep -q on a variable, not a pipe: under pipefail, grep -q quitting early
+# would fail the pipe with SIGPIPE.)
+env_list=$(insp '{{range .OCIv1.Config.Env}}{{println .}}{{end}}')
+grep -qx 'LISTEN_ADDR=0.0.0.0:8080' <<<"$env_list" || fail "LISTEN_ADDR=0.0.0.0:8080 is not in the image's environment: $env_list"
 ok "entrypoint [/api], cmd [serve], user 65532:65532, LISTEN_ADDR=0.0.0.0:8080"
 
 label() { insp "{{index .OCIv1.Config.Labels \"org.opencontainers.image.$1\"}}"; }
@@ -129,7 +132,9 @@ pod run -d --pull never --name "$name" "${run_opts[@]}" \
 
 addr=""
 for _ in $(seq 1 600); do
-	addr=$(pod logs "$name" 2>&1 | sed -nE 's/.*"msg":"listening","addr":"([^"]+)".*/\1/p' | head -n 1)
+	logs=$(pod logs "$name" 2>&1)
+	addr=$(sed -nE 's/.*"msg":"listening","addr":"([^"]+)".*/\1/p' <<<"$logs")
+	addr=${addr%%$'\n'*}
 	[ -n "$addr" ] && break
 	[ "$(pod inspect --format '{{.State.Running}}' "$name")" = true ] || { pod logs "$name" >&2; fail "the server exited before listening"; }
 	sleep 0.1
@@ -160,6 +165,7 @@ ok "'gc' (the CronJob's command) succeeds in the image"
 pod stop --time 30 "$name" >/dev/null
 rc=$(pod inspect --format '{{.State.ExitCode}}' "$name")
 [ "$rc" = 0 ] || { pod logs "$name" >&2; fail "the server exited with $rc after SIGTERM, want 0"; }
-pod logs "$name" 2>&1 | grep -q '"msg":"stopped"' || fail "the server did not log a graceful stop"
+logs=$(pod logs "$name" 2>&1)
+grep -q '"msg":"stopped"' <<<"$logs" || fail "the server did not log a graceful stop"
 ok "SIGTERM: graceful stop, exit 0"
 echo "test-image: PASS" >&2
