@@ -9,6 +9,13 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1x
 BENCH     ?= .
 LISTEN_ADDR ?= 127.0.0.1:8080
+# make install: the binary installs as $(BINDIR)/repolock (scripts/install.sh).
+DESTDIR    ?=
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+DOCDIR     ?= $(PREFIX)/share/doc/repolock
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
 
 .PHONY: help
 help: ## list the targets
@@ -33,10 +40,11 @@ run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
 	DATABASE_URL="$$url" ADMIN_TOKEN="$$ADMIN_TOKEN" LISTEN_ADDR="$(LISTEN_ADDR)" LOG_FORMAT=$${LOG_FORMAT:-text} exec ./$(BIN) serve
 
 .PHONY: test
-test: ## start Postgres if needed, go vet, go test -race on every package
+test: ## start Postgres if needed, go vet, go test -race on every package, then test-deploy
 	@set -e; url=$$($(PG_ENSURE)); \
 	$(GO) vet ./...; \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory test-deploy
 
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
@@ -52,6 +60,24 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -run 'TestOpenAPILint|TestErrorCodes' ./api/  # OpenAPI 3.0 validation (kin-openapi) + project rules
+
+.PHONY: install
+install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repolock/repolock.env (DESTDIR=, PREFIX=/usr/local)
+	@BIN=$(BIN) DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" BINDIR="$(BINDIR)" DOCDIR="$(DOCDIR)" \
+		SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" scripts/install.sh
+
+.PHONY: test-deploy
+test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, compose.yaml, make install + systemd-analyze verify
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@scripts/test-install.sh
+
+.PHONY: image
+image: ## build the container image localhost/repolock:VERSION with buildah, no base image pulled (scripts/image.sh)
+	@scripts/image.sh
+
+.PHONY: test-image
+test-image: ## build the image, inspect it and, where podman can run it, start it against Postgres (scripts/test-image.sh)
+	@set -e; url=$$($(PG_ENSURE)); TEST_DATABASE_URL="$$url" scripts/test-image.sh
 
 .PHONY: pg
 pg: ## make sure a Postgres is reachable and print its URL
