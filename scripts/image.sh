@@ -29,8 +29,7 @@ ensure_buildah() {
 	command -v buildah >/dev/null 2>&1 && return 0
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		log "installing buildah (apt-get)"
-		apt-get update -qq >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >&2
+		scripts/apt-install.sh buildah
 		return 0
 	fi
 	log "buildah is missing: install it (Debian/Ubuntu: apt-get install buildah) or run as root"
@@ -51,7 +50,7 @@ CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
 if [ ! -s "$CA_BUNDLE" ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >&2
+		scripts/apt-install.sh ca-certificates
 	fi
 	[ -s "$CA_BUNDLE" ] || { log "no CA bundle at $CA_BUNDLE"; exit 1; }
 fi

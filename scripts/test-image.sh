@@ -80,7 +80,7 @@ ok "files: $files(no shell); static -trimpath binary${vcs:+ stamped vcs.revision
 if ! command -v podman >/dev/null 2>&1; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test-image: installing podman and runc (apt-get)" >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc >&2 ||
+		scripts/apt-install.sh podman runc ||
 			skip "podman could not be installed"
 	else
 		skip "no podman here (and not root with apt-get to install it): the image was inspected but not run"
@@ -99,7 +99,7 @@ runtime_opts=()
 probe_err=""
 if ! probe_err=$(podman run --rm --pull never "${run_opts[@]}" "$IMAGE_REF" --help 2>&1); then
 	if ! command -v runc >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc >&2 || true
+		scripts/apt-install.sh runc || true
 	fi
 	if command -v runc >/dev/null 2>&1 && podman --runtime runc run --rm --pull never "${run_opts[@]}" "$IMAGE_REF" --help >/dev/null 2>&1; then
 		runtime_opts=(--runtime runc)

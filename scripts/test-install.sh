@@ -64,7 +64,7 @@ ok "PREFIX=/usr: /usr/bin/repolock, units rewritten"
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test-install: installing systemd for systemd-analyze (apt-get)" >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >&2 || true
+		scripts/apt-install.sh systemd || true
 	fi
 fi
 if ! command -v systemd-analyze >/dev/null 2>&1; then
