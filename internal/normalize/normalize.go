@@ -135,6 +135,8 @@ const (
 	reasonAliasBuiltin   = "alias endpoint is a host of the built-in alias table"
 	reasonAliasOverlap   = "alias source lies under another alias source"
 	reasonAliasChain     = "alias target lies under an alias source (aliases do not chain)"
+	reasonGitUser        = "git:// URLs cannot carry user info (git would take it as part of the host name)"
+	reasonSSHPassword    = "ssh URLs cannot carry a password (git would misread the port)"
 	reasonTildeUser      = "'~user' paths are not allowed (another user's home directory)"
 	reasonRepoName       = "invalid repository name"
 	reasonPathAt         = "'@' in the path is not allowed (percent-encode it; a password containing '/' must be percent-encoded too)"

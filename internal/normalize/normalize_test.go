@@ -273,6 +273,9 @@ var rejectCases = []struct {
 	{"ssh ~user path", "ssh://h.example/~user/r", reasonTildeUser},
 	{"ssh encoded ~user path", "ssh://h.example/%7Euser/r", reasonTildeUser},
 	{"scp-like second colon", "git@github.com:o/r:x", reasonScpChar},
+	{"user info in git:// (git resolves user@host as the host)", "git://user@github.com/o/r", reasonGitUser},
+	{"password in ssh:// (git passes user:pw@host:port to ssh, port lost)", "ssh://u:t@h.example:2222/o/r", reasonSSHPassword},
+	{"password in git+ssh://", "git+ssh://u:@h.example/o/r", reasonSSHPassword},
 	{"user info with two @", "https://a@b@github.com/o/r", reasonUserAt},
 	{"user info with two @ scp-like", "a@b@github.com:o/r", reasonUserAt},
 	{"user info invalid character", "https://us\"er@github.com/o/r", reasonUserInfo},
@@ -572,7 +575,7 @@ var allReasons = map[string]bool{
 	reasonIPv6: true, reasonIPv6Zone: true, reasonPortNaN: true, reasonPortRange: true,
 	reasonNoPath: true, reasonPercent: true, reasonEncodedSlash: true, reasonEncodedControl: true,
 	reasonPathUTF8: true, reasonDotDot: true, reasonRepoName: true, reasonPathAt: true,
-	reasonTildeUser: true, reasonKeySyntax: true, reasonAliasEndpoint: true, reasonAliasCanonical: true,
+	reasonTildeUser: true, reasonGitUser: true, reasonSSHPassword: true, reasonKeySyntax: true, reasonAliasEndpoint: true, reasonAliasCanonical: true,
 	reasonAliasSame: true, reasonAliasBuiltin: true, reasonAliasOverlap: true, reasonAliasChain: true,
 }
 

@@ -225,6 +225,16 @@ func parseURL(s, rawScheme, rest string) (*parsed, error) {
 		}
 		hostPort = authority[at+1:]
 		p.userEnd = p.userStart + at + 1
+		if isSSHScheme(scheme) && strings.IndexByte(authority[:at], ':') >= 0 {
+			// git hands "user:pw@host:port" to ssh as one host argument
+			// and drops the port; ssh has no password in its URL.
+			return nil, invalid(reasonSSHPassword)
+		}
+		if scheme == "git" {
+			// git:// has no user: git hands "user@host" to the resolver
+			// (or proxy) as the host name.
+			return nil, invalid(reasonGitUser)
+		}
 	}
 	rawHost, rawPort, err := splitHostPort(hostPort)
 	if err != nil {
