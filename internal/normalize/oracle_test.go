@@ -652,13 +652,15 @@ func randomSpelling(r *rand.Rand) string {
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	user := pick("", "", "git@", "Alice@", "u:t@", "@")
 	host := pick("github.com", "GitHub.COM", "h.example", "ssh.github.com", "www.github.com",
-		"ssh.dev.azure.com", "dev.azure.com", "[::1]", "[0::1]", "192.0.2.1", "github.com.")
+		"ssh.dev.azure.com", "dev.azure.com", "[::1]", "[0::1]", "192.0.2.1", "github.com.",
+		"bücher.example", "XN--BCHER-KVA.example", "altssh.gitlab.com", "org.visualstudio.com")
 	port := pick("", "", "", ":22", ":022", ":443", ":2222", ":80", ":9418", ":")
 	nseg := 1 + r.IntN(4)
 	var segs []string
 	for range nseg {
 		segs = append(segs, pick("o", "O", "r", "r.git", "1234", "022", "22", "~", "~u", "..", ".",
-			"", "%2e%2e", ".%2E", "%2E.", "%41", "A", "v3", "_git", "My%20Project", "x.GIT", "%7e"))
+			"", "%2e%2e", ".%2E", "%2E.", "%41", "A", "v3", "_git", "My%20Project", "x.GIT", "%7e",
+			"DefaultCollection", "b%C3%BCcher", "r%2Egit", "%40"))
 	}
 	path := strings.Join(segs, "/") + pick("", "", "/", "//", ".git")
 	switch r.IntN(6) {
