@@ -109,7 +109,7 @@ const (
 	reasonMalformed      = "malformed URL"
 	reasonMalformedScp   = "malformed scp-like URL"
 	reasonScpChar        = "invalid character in scp-like URL (use the ssh:// form)"
-	reasonScpIPv6        = "IPv6 literals are not supported in scp-like syntax (use the ssh:// form)"
+	reasonScpIPv6        = "brackets (IPv6 literals, [user@host:port]) are not supported in scp-like syntax (use the ssh:// form)"
 	reasonUserAt         = "user info contains more than one '@'"
 	reasonUserInfo       = "invalid user info"
 	reasonNoHost         = "URL has an empty host"
