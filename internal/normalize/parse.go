@@ -17,7 +17,7 @@ const (
 	formURL form = iota
 	// formSCP is git's scp-like [user@]host:path. It has no port.
 	formSCP
-	// formKey is the canonical key syntax host[:port]/path (no scheme, no
+	// formKey is the canonical key syntax host[+port]/path (no scheme, no
 	// user). It is accepted so that keys re-normalize to themselves.
 	formKey
 )
@@ -34,7 +34,6 @@ type parsed struct {
 	// the "user@" part (userEnd == userStart when there is none).
 	s                  string
 	userStart, userEnd int
-	scpPath            string // raw path of an scp-like input
 }
 
 // defaultPorts are the ports dropped from keys, per accepted scheme.
@@ -287,7 +286,7 @@ func isSSHScheme(scheme string) bool {
 // first ':' in s, which comes before any '/'.
 func parseSCP(s string, colon int) (*parsed, error) {
 	hostPart, rawPath := s[:colon], s[colon+1:]
-	p := &parsed{form: formSCP, s: s, scpPath: rawPath}
+	p := &parsed{form: formSCP, s: s}
 	rawHost := hostPart
 	if at := strings.LastIndexByte(hostPart, '@'); at >= 0 {
 		if strings.IndexByte(hostPart, '@') != at {
