@@ -6,6 +6,7 @@ GO        ?= go
 BIN       := bin/api
 PG_ENSURE := scripts/pg-ensure.sh
 FUZZTIME  ?= 60s
+ORACLE_RANDOM ?= 5000
 BENCHTIME ?= 1x
 BENCH     ?= .
 LISTEN_ADDR ?= 127.0.0.1:8080
@@ -40,7 +41,8 @@ run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
 	DATABASE_URL="$$url" ADMIN_TOKEN="$$ADMIN_TOKEN" LISTEN_ADDR="$(LISTEN_ADDR)" LOG_FORMAT=$${LOG_FORMAT:-text} exec ./$(BIN) serve
 
 .PHONY: test
-test: ## start Postgres if needed, go vet, go test -race on every package, then test-deploy
+test: ## start Postgres (and install git) if needed, go vet, go test -race on every package, then test-deploy
+	@scripts/git-ensure.sh
 	@set -e; url=$$($(PG_ENSURE)); \
 	$(GO) vet ./...; \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
@@ -52,8 +54,12 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
 
 .PHONY: fuzz
-fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
-	$(GO) test -run '^$$' -fuzz FuzzRepoURL -fuzztime $(FUZZTIME) ./internal/normalize
+fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
+	@scripts/git-ensure.sh
+	$(GO) test -run '^$$' -fuzz '^FuzzRepoURL$$' -fuzztime $(FUZZTIME) ./internal/normalize
+	$(GO) test -run '^$$' -fuzz '^FuzzEquivalentSpellings$$' -fuzztime $(FUZZTIME) ./internal/normalize
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalizerAliases$$' -fuzztime $(FUZZTIME) ./internal/normalize
+	ORACLE_RANDOM=$(ORACLE_RANDOM) $(GO) test -count=1 -run '^TestGitOracleRandom$$' -timeout 60m ./internal/normalize
 
 .PHONY: lint
 lint: ## gofmt and go vet
