@@ -9,6 +9,8 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1x
 BENCH     ?= .
 LISTEN_ADDR ?= 127.0.0.1:8080
+# staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: help
 help: ## list the targets
@@ -48,9 +50,11 @@ fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
 	$(GO) test -run '^$$' -fuzz FuzzRepoURL -fuzztime $(FUZZTIME) ./internal/normalize
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: pg
 pg: ## make sure a Postgres is reachable and print its URL

@@ -55,7 +55,7 @@ func (s *Server) getReport(c echo.Context) error {
 		h.Set(echo.HeaderContentType, "text/csv; charset=utf-8")
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+rows.Report.Name+`.csv"`)
 	default:
-		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSONCharsetUTF8)
+		h.Set(echo.HeaderContentType, mimeJSONUTF8)
 	}
 	c.Response().WriteHeader(http.StatusOK)
 	if err := rows.Write(c.Response(), format); err != nil {
@@ -65,3 +65,7 @@ func (s *Server) getReport(c echo.Context) error {
 	}
 	return nil
 }
+
+// mimeJSONUTF8 is the Content-Type the report route has always answered with
+// (echo deprecated its constant of the same value).
+const mimeJSONUTF8 = "application/json; charset=UTF-8"
