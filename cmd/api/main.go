@@ -25,7 +25,7 @@ type command struct {
 var commands = map[string]command{
 	"serve":   {"run the HTTP API server", runServe},
 	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
-	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME | delete NAME", runUser},
+	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME | delete NAME", runTenant},
 	// Domain commands, one line each; their code lives in <command>.go.
 	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
 	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},

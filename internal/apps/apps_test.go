@@ -186,7 +186,7 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 		t.Fatalf("bob's rows: %d %v", n, err)
 	}
 	evs := lockEvents(t, db, "github.com/acme/web")
-	if len(evs) != 3 || evs[1].Event != "denied" || evs[2].Event != "denied" || evs[1].UserName.String != "bob" || evs[1].OwnerName.String != "alice" {
+	if len(evs) != 3 || evs[1].Event != "denied" || evs[2].Event != "denied" || evs[1].TenantName.String != "bob" || evs[1].OwnerName.String != "alice" {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -528,7 +528,7 @@ func TestDeleteTenant(t *testing.T) {
 	}
 
 	d, err := apps.DeleteTenant(ctx, db, "alice")
-	want := apps.TenantDeletion{User: "alice", Applications: 3, RepositoryCredentials: 1, LocksReleased: 4}
+	want := apps.TenantDeletion{Tenant: "alice", Applications: 3, RepositoryCredentials: 1, LocksReleased: 4}
 	if err != nil || d != want {
 		t.Fatalf("delete: %+v %v, want %+v", d, err, want)
 	}
@@ -544,7 +544,7 @@ func TestDeleteTenant(t *testing.T) {
 	for _, key := range []string{"github.com/alice/r0", "github.com/alice/r1", "github.com/alice/r2", "github.com/alice/bare"} {
 		evs := lockEvents(t, db, key)
 		last := evs[len(evs)-1]
-		if last.Event != "released" || last.UserName.String != "alice" {
+		if last.Event != "released" || last.TenantName.String != "alice" {
 			t.Fatalf("%s: events %+v", key, evs)
 		}
 		checkLifecycle(t, evs)

@@ -22,7 +22,7 @@ import (
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // Benchmark workload. Every phase runs a fixed number of operations on fresh
@@ -231,7 +231,7 @@ func BenchmarkLocks(b *testing.B) {
 	db.SetMaxOpenConns(benchWorkers)
 	db.SetMaxIdleConns(benchWorkers)
 
-	owner, ownerToken, err := users.Create(ctx, db, "bench-owner", "")
+	owner, ownerToken, err := tenants.Create(ctx, db, "bench-owner", "")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func BenchmarkLocks(b *testing.B) {
 	// in random spellings; most requests are refused with 409.
 	tokens := make([]string, benchTenants)
 	for i := range tokens {
-		if _, tokens[i], err = users.Create(ctx, db, fmt.Sprintf("bench-tenant-%d", i), ""); err != nil {
+		if _, tokens[i], err = tenants.Create(ctx, db, fmt.Sprintf("bench-tenant-%d", i), ""); err != nil {
 			b.Fatal(err)
 		}
 	}

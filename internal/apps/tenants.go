@@ -9,7 +9,7 @@ import (
 
 // TenantDeletion is what deleting a tenant removed.
 type TenantDeletion struct {
-	User                  string `json:"user"`
+	Tenant                string `json:"user"`
 	Applications          int64  `json:"applications"`
 	RepositoryCredentials int64  `json:"repository_credentials"`
 	LocksReleased         int64  `json:"locks_released"`
@@ -26,7 +26,7 @@ type TenantDeletion struct {
 func DeleteTenant(ctx context.Context, db *database.DB, name string) (TenantDeletion, error) {
 	var d TenantDeletion
 	err := db.WithTx(ctx, func(tx database.Tx) error {
-		d = TenantDeletion{User: name}
+		d = TenantDeletion{Tenant: name}
 		var id string
 		err := tx.GetContext(ctx, &id, `SELECT id FROM cluster_users WHERE name = $1 FOR UPDATE`, name)
 		if database.IsNoRows(err) {

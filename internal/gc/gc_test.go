@@ -146,7 +146,7 @@ func TestCollect(t *testing.T) {
 					owner, ownerName = s.bob, "bob"
 				}
 				want := collectedEvent{LockID: s.locks[u], URL: u, OwnerID: owner, OwnerName: ownerName}
-				if ev.ClusterUserID != nil || ev.LockID != want.LockID || ev.URL != want.URL || ev.OwnerID != want.OwnerID || ev.OwnerName != want.OwnerName {
+				if ev.TenantID != nil || ev.LockID != want.LockID || ev.URL != want.URL || ev.OwnerID != want.OwnerID || ev.OwnerName != want.OwnerName {
 					t.Fatalf("event %d = %+v, want %+v and no acting user", i, ev, want)
 				}
 			}

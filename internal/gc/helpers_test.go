@@ -100,11 +100,11 @@ func lockURLs(t testing.TB, q database.Querier) []string {
 }
 
 type collectedEvent struct {
-	LockID        string  `db:"lock_id"`
-	URL           string  `db:"git_repository_url"`
-	ClusterUserID *string `db:"cluster_user_id"`
-	OwnerID       string  `db:"owner_user_id"`
-	OwnerName     string  `db:"owner_user_name"`
+	LockID    string  `db:"lock_id"`
+	URL       string  `db:"git_repository_url"`
+	TenantID  *string `db:"cluster_user_id"`
+	OwnerID   string  `db:"owner_user_id"`
+	OwnerName string  `db:"owner_user_name"`
 }
 
 func collectedEvents(t testing.TB, q database.Querier) []collectedEvent {

@@ -17,7 +17,7 @@ func (e *apiEnv) orphan(ownerID, url string) {
 func TestGCAPI(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t)
-	aliceID, _ := e.tenantUser("alice")
+	aliceID, _ := e.newTenant("alice")
 	e.orphan(aliceID, "git.example.com/a/one")
 	e.orphan(aliceID, "git.example.com/a/two")
 

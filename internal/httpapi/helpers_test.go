@@ -195,9 +195,9 @@ func (e *apiEnv) wantErr(status int, code, method, path, token string, body any)
 	}
 }
 
-// tenantUser creates a tenant through the admin API and returns its id and
+// newTenant creates a tenant through the admin API and returns its id and
 // token.
-func (e *apiEnv) tenantUser(name string) (id, token string) {
+func (e *apiEnv) newTenant(name string) (id, token string) {
 	e.t.Helper()
 	resp := e.must(http.StatusCreated, http.MethodPost, "/v1/admin/users", adminToken, map[string]any{"name": name})
 	return resp["id"].(string), resp["token"].(string)
@@ -206,7 +206,7 @@ func (e *apiEnv) tenantUser(name string) (id, token string) {
 // tenant creates a tenant through the admin API and returns its token.
 func (e *apiEnv) tenant(name string) string {
 	e.t.Helper()
-	_, token := e.tenantUser(name)
+	_, token := e.newTenant(name)
 	return token
 }
 

@@ -84,7 +84,7 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-func validateUserID(id string) error {
+func validateTenantID(id string) error {
 	if id == "" {
 		return repolock.Errorf(repolock.EInvalid, "acquiring user is empty")
 	}
@@ -141,7 +141,7 @@ WITH owner AS (
 SELECT name FROM owner`
 
 // AcquireRepositoryCredentialURL acquires the lock on the normalized
-// repository URL key for the tenant whose id is acquiringUser.
+// repository URL key for the tenant whose id is tenantID.
 //
 //   - The URL is free: a lock is created (and an "acquired" event recorded);
 //     it returns (id, true, "", nil). This is one statement.
@@ -157,15 +157,15 @@ SELECT name FROM owner`
 // that the lock outlives the reference insert holds only until q commits.
 // The events are written through q too; a caller that wants a denial audited
 // must commit q (internal/apps does).
-func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acquiringUser, key string) (lockID string, acquired bool, owner string, err error) {
-	if err := validateUserID(acquiringUser); err != nil {
+func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, tenantID, key string) (lockID string, acquired bool, owner string, err error) {
+	if err := validateTenantID(tenantID); err != nil {
 		return "", false, "", err
 	}
 	if err := ValidateKey(key); err != nil {
 		return "", false, "", err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, acquiringUser)
+		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, tenantID)
 		if err == nil {
 			return lockID, true, "", nil
 		}
@@ -174,14 +174,14 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acq
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
-		err = get(ctx, q, &lockID, ownLockSQL, key, acquiringUser)
+		err = get(ctx, q, &lockID, ownLockSQL, key, tenantID)
 		if err == nil {
 			return lockID, true, "", nil
 		}
 		if !database.IsNoRows(err) {
 			return "", false, "", database.MapError(err)
 		}
-		err = get(ctx, q, &owner, deniedSQL, key, acquiringUser)
+		err = get(ctx, q, &owner, deniedSQL, key, tenantID)
 		if err == nil {
 			return "", false, owner, nil
 		}
@@ -317,8 +317,8 @@ type Owner struct {
 	LockID            string    `db:"id" json:"lock_id"`
 	NormalizedURL     string    `db:"git_repository_url" json:"normalized_url"`
 	NormalizerVersion int       `db:"normalizer_version" json:"normalizer_version"`
-	UserID            string    `db:"cluster_user_id" json:"user_id"`
-	UserName          string    `db:"user_name" json:"user"`
+	TenantID          string    `db:"cluster_user_id" json:"user_id"`
+	TenantName        string    `db:"user_name" json:"user"`
 	Applications      int       `db:"applications" json:"applications"`
 	Credentials       int       `db:"repository_credentials" json:"repository_credentials"`
 	CreatedAt         time.Time `db:"created_at" json:"created_at"`

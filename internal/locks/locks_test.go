@@ -14,12 +14,12 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
-func newTenant(t *testing.T, db *database.DB, name string) users.User {
+func newTenant(t *testing.T, db *database.DB, name string) tenants.Tenant {
 	t.Helper()
-	u, _, err := users.Create(context.Background(), db, name, "")
+	u, _, err := tenants.Create(context.Background(), db, name, "")
 	if err != nil {
 		t.Fatalf("create tenant %s: %v", name, err)
 	}
@@ -27,15 +27,15 @@ func newTenant(t *testing.T, db *database.DB, name string) users.User {
 }
 
 type event struct {
-	Event     string         `db:"event"`
-	LockID    sql.NullString `db:"lock_id"`
-	URL       string         `db:"git_repository_url"`
-	UserName  sql.NullString `db:"cluster_user_name"`
-	OwnerName sql.NullString `db:"owner_user_name"`
+	Event      string         `db:"event"`
+	LockID     sql.NullString `db:"lock_id"`
+	URL        string         `db:"git_repository_url"`
+	TenantName sql.NullString `db:"cluster_user_name"`
+	OwnerName  sql.NullString `db:"owner_user_name"`
 }
 
 func (e event) String() string {
-	return fmt.Sprintf("%s %s by %s owner %s", e.Event, e.URL, e.UserName.String, e.OwnerName.String)
+	return fmt.Sprintf("%s %s by %s owner %s", e.Event, e.URL, e.TenantName.String, e.OwnerName.String)
 }
 
 func events(t *testing.T, q database.Querier, key string) []string {
@@ -171,8 +171,8 @@ func TestAcquireRace(t *testing.T) {
 	// more would eat into Postgres' max_connections, which every test
 	// process shares.
 	db.SetMaxOpenConns(16)
-	const tenants, perTenant, urls = 8, 4, 50
-	us := make([]users.User, tenants)
+	const nTenants, perTenant, urls = 8, 4, 50
+	us := make([]tenants.Tenant, nTenants)
 	for i := range us {
 		us[i] = newTenant(t, db, fmt.Sprintf("t%d", i))
 	}
@@ -180,13 +180,13 @@ func TestAcquireRace(t *testing.T) {
 		user, key, lockID, owner string
 		acquired                 bool
 	}
-	results := make(chan result, tenants*perTenant*urls)
+	results := make(chan result, nTenants*perTenant*urls)
 	var wg sync.WaitGroup
-	errc := make(chan error, tenants*perTenant)
-	for i := 0; i < tenants; i++ {
+	errc := make(chan error, nTenants*perTenant)
+	for i := 0; i < nTenants; i++ {
 		for g := 0; g < perTenant; g++ {
 			wg.Add(1)
-			go func(u users.User, g int) {
+			go func(u tenants.Tenant, g int) {
 				defer wg.Done()
 				for j := 0; j < urls; j++ {
 					k := fmt.Sprintf("git.example.com/race/r%d", (j+g*7)%urls)
@@ -234,7 +234,7 @@ func TestAcquireRace(t *testing.T) {
 			t.Errorf("%s on %s: got acquired=%v owner=%q, want denied by %s", r.user, r.key, r.acquired, r.owner, o.Name)
 		}
 	}
-	if n != tenants*perTenant*urls {
+	if n != nTenants*perTenant*urls {
 		t.Fatalf("%d results", n)
 	}
 	var acquiredEvents int
@@ -364,11 +364,11 @@ type acquireResult struct {
 // acquireBlocked starts AcquireRepositoryCredentialURL in tx (whose backend
 // is pid) on another goroutine and returns once that call is blocked on a
 // row lock; its result arrives on the returned channel.
-func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, userID, key string) <-chan acquireResult {
+func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, tenantID, key string) <-chan acquireResult {
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {
-		id, ok, owner, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, userID, key)
+		id, ok, owner, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, tenantID, key)
 		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
 	}()
 	waitUntilBlocked(t, db, pid, func() bool { return len(done) > 0 })
@@ -633,7 +633,7 @@ func TestOwnerOf(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err := locks.OwnerOf(ctx, db, "github.com/o/r")
-	if err != nil || o.LockID != id || o.UserName != "alice" || o.UserID != alice.ID || o.NormalizedURL != "github.com/o/r" {
+	if err != nil || o.LockID != id || o.TenantName != "alice" || o.TenantID != alice.ID || o.NormalizedURL != "github.com/o/r" {
 		t.Fatalf("owner: %+v %v", o, err)
 	}
 	if _, err := locks.OwnerOf(ctx, db, "github.com/o/free"); repolock.ErrorCode(err) != repolock.ENotFound {

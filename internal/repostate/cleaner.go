@@ -82,7 +82,7 @@ func NewCleaner(db *database.DB, cfg CleanerConfig) *Cleaner {
 	c := NewStoreCleaner(kv.NewPostgres(db), cfg)
 	c.tenantExists = func(ctx context.Context, tenantID string) (bool, error) {
 		if !uuidRE.MatchString(tenantID) {
-			return true, nil // not an internal/users id: not ours to judge
+			return true, nil // not an internal/tenants id: not ours to judge
 		}
 		var ok bool
 		err := db.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, tenantID)

@@ -9,7 +9,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/repostate/kv/kvtest"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // stuckInitial creates a repository whose create dies after writing the
@@ -223,7 +223,7 @@ func TestCleanerRetiresDeletedTenants(t *testing.T) {
 	e := newEnv(t)
 	var gone, kept string
 	for name, id := range map[string]*string{"gone": &gone, "kept": &kept} {
-		u, _, err := users.Create(e.ctx, e.db, name, "")
+		u, _, err := tenants.Create(e.ctx, e.db, name, "")
 		if err != nil {
 			t.Fatal(err)
 		}

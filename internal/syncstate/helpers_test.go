@@ -10,7 +10,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // testNow is the clock of test stores; revs are TIDs dated before it.
@@ -38,7 +38,7 @@ func newTenant(t testing.TB, db *database.DB) string {
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	u, _, err := users.Create(context.Background(), db, "sync-"+hex.EncodeToString(b), "")
+	u, _, err := tenants.Create(context.Background(), db, "sync-"+hex.EncodeToString(b), "")
 	if err != nil {
 		t.Fatalf("create tenant: %v", err)
 	}
