@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+
+	"github.com/repolock/repolock"
 	"io"
 	"os"
 	"os/signal"
@@ -83,11 +85,11 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 2
 	case errors.As(err, &ee):
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintf(e.stderr, "api %s: %v\n", args[0], ee.err)
+			fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], repolock.WithoutOps(ee.err))
 		}
 		return ee.code
 	default:
-		fmt.Fprintf(e.stderr, "api %s: %v\n", args[0], err)
+		fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], repolock.WithoutOps(err))
 		return 1
 	}
 }

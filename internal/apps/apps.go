@@ -85,7 +85,8 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 // ValidateName checks an application or credential name: 1-253 characters of
 // lowercase letters, digits, '-' and '.', starting and ending with a letter or
 // digit (a Kubernetes object name).
-func ValidateName(name string) error {
+func ValidateName(name string) (err error) {
+	defer repolock.WrapOp(&err, "apps.ValidateName")
 	if len(name) < 1 || len(name) > MaxNameLength || !nameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"name must be 1-%d characters of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit", MaxNameLength)
@@ -167,19 +168,22 @@ func (a Application) fields() fields {
 // statement. Otherwise (the tenant already owns the URL, another tenant does,
 // or the fast path lost a race) one transaction acquires the lock with
 // locks.AcquireRepositoryCredentialURL and writes the row and its reference.
-func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (Application, error) {
+func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (_ Application, err error) {
+	defer repolock.WrapOp(&err, "apps.CreateApplication")
 	return createReferenced[Application](ctx, db, applicationRefs, tenantID,
 		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Path, &in.TargetRevision}})
 }
 
 // GetApplication returns the tenant's application id.
-func GetApplication(ctx context.Context, q database.Querier, tenantID, id string) (Application, error) {
+func GetApplication(ctx context.Context, q database.Querier, tenantID, id string) (_ Application, err error) {
+	defer repolock.WrapOp(&err, "apps.GetApplication")
 	return getReferenced[Application](ctx, q, applicationRefs, tenantID, id)
 }
 
 // ListApplications returns one page of the tenant's applications in creation
 // order and the token of the next page ("" after the last).
-func ListApplications(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]Application, string, error) {
+func ListApplications(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Application, _ string, err error) {
+	defer repolock.WrapOp(&err, "apps.ListApplications")
 	return listReferenced[Application](ctx, q, applicationRefs, tenantID, pageSize, pageToken)
 }
 
@@ -188,13 +192,15 @@ func ListApplications(ctx context.Context, q database.Querier, tenantID string, 
 // on it (acquiring it, or failing with repository_claimed) and releases the
 // old lock if nothing else references it. A patch that changes nothing
 // returns the application unchanged.
-func UpdateApplication(ctx context.Context, db *database.DB, tenantID, id string, p ApplicationPatch) (Application, error) {
+func UpdateApplication(ctx context.Context, db *database.DB, tenantID, id string, p ApplicationPatch) (_ Application, err error) {
+	defer repolock.WrapOp(&err, "apps.UpdateApplication")
 	return updateReferenced[Application](ctx, db, applicationRefs, tenantID, id,
 		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Path, p.TargetRevision}})
 }
 
 // DeleteApplication deletes the tenant's application id and releases its
 // lock if it was the last reference, in one transaction.
-func DeleteApplication(ctx context.Context, db *database.DB, tenantID, id string) error {
+func DeleteApplication(ctx context.Context, db *database.DB, tenantID, id string) (err error) {
+	defer repolock.WrapOp(&err, "apps.DeleteApplication")
 	return deleteReferencing(ctx, db, applicationRefs, tenantID, id)
 }

@@ -57,7 +57,8 @@ var SecretFields = []string{
 
 // ErrSecretField is the error for a request that carries a secret in field.
 // The value is never echoed.
-func ErrSecretField(field string) error {
+func ErrSecretField(field string) (err error) {
+	defer repolock.WrapOp(&err, "apps.ErrSecretField")
 	return &repolock.Error{
 		Code: repolock.EInvalid,
 		Message: "repository credentials never carry secrets: remove \"" + field + "\", store the secret in your secret store " +
@@ -154,31 +155,36 @@ func (c RepositoryCredential) fields() fields {
 // CreateRepositoryCredential creates a credential of the tenant and
 // references the tenant's lock on its repository, acquiring it if needed,
 // with the same fast path as CreateApplication.
-func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (RepositoryCredential, error) {
+func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (_ RepositoryCredential, err error) {
+	defer repolock.WrapOp(&err, "apps.CreateRepositoryCredential")
 	return createReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID,
 		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Username, &in.SecretRef}})
 }
 
 // GetRepositoryCredential returns the tenant's credential id.
-func GetRepositoryCredential(ctx context.Context, q database.Querier, tenantID, id string) (RepositoryCredential, error) {
+func GetRepositoryCredential(ctx context.Context, q database.Querier, tenantID, id string) (_ RepositoryCredential, err error) {
+	defer repolock.WrapOp(&err, "apps.GetRepositoryCredential")
 	return getReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, id)
 }
 
 // ListRepositoryCredentials returns one page of the tenant's credentials in
 // creation order and the token of the next page ("" after the last).
-func ListRepositoryCredentials(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]RepositoryCredential, string, error) {
+func ListRepositoryCredentials(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []RepositoryCredential, _ string, err error) {
+	defer repolock.WrapOp(&err, "apps.ListRepositoryCredentials")
 	return listReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, pageSize, pageToken)
 }
 
 // UpdateRepositoryCredential changes the fields of the patch that are not
 // nil, moving the credential's lock as UpdateApplication does.
-func UpdateRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string, p RepositoryCredentialPatch) (RepositoryCredential, error) {
+func UpdateRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string, p RepositoryCredentialPatch) (_ RepositoryCredential, err error) {
+	defer repolock.WrapOp(&err, "apps.UpdateRepositoryCredential")
 	return updateReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID, id,
 		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Username, p.SecretRef}})
 }
 
 // DeleteRepositoryCredential deletes the tenant's credential id and releases
 // its lock if it was the last reference, in one transaction.
-func DeleteRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string) error {
+func DeleteRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string) (err error) {
+	defer repolock.WrapOp(&err, "apps.DeleteRepositoryCredential")
 	return deleteReferencing(ctx, db, credentialRefs, tenantID, id)
 }

@@ -23,9 +23,10 @@ type TenantDeletion struct {
 // are already writing finish before (their rows are then deleted too), and
 // later ones fail when their foreign key finds the tenant gone. Other
 // tenants waiting for one of its URLs get it as soon as this commits.
-func DeleteTenant(ctx context.Context, db *database.DB, name string) (TenantDeletion, error) {
+func DeleteTenant(ctx context.Context, db *database.DB, name string) (_ TenantDeletion, err error) {
+	defer repolock.WrapOp(&err, "apps.DeleteTenant")
 	var d TenantDeletion
-	err := db.WithTx(ctx, func(tx database.Tx) error {
+	err = db.WithTx(ctx, func(tx database.Tx) error {
 		d = TenantDeletion{Tenant: name}
 		var id string
 		err := tx.GetContext(ctx, &id, `SELECT id FROM cluster_users WHERE name = $1 FOR UPDATE`, name)

@@ -169,7 +169,10 @@ type Cleaner interface {
 type CleanerFunc func(ctx context.Context) (CleanerResult, error)
 
 // Run calls f.
-func (f CleanerFunc) Run(ctx context.Context) (CleanerResult, error) { return f(ctx) }
+func (f CleanerFunc) Run(ctx context.Context) (_ CleanerResult, err error) {
+	defer repolock.WrapOp(&err, "gc.CleanerFunc.Run")
+	return f(ctx)
+}
 
 // Candidate is a lock a dry run would collect.
 type Candidate struct {
@@ -284,7 +287,8 @@ func defaultHolder() string {
 // status skipped and a nil error. On failure it returns the recorded Run
 // (status failed) and the error; locks collected by the batches that
 // committed before the failure stay collected.
-func (c *Collector) Collect(ctx context.Context, opts Options) (Run, error) {
+func (c *Collector) Collect(ctx context.Context, opts Options) (_ Run, err error) {
+	defer repolock.WrapOp(&err, "gc.Collector.Collect")
 	if err := opts.validate(); err != nil {
 		return Run{}, err
 	}
@@ -293,7 +297,8 @@ func (c *Collector) Collect(ctx context.Context, opts Options) (Run, error) {
 
 // Clean runs the repository Cleaner alone, under the same lease and recorded
 // the same way (kind clean).
-func (c *Collector) Clean(ctx context.Context, trigger Trigger) (Run, error) {
+func (c *Collector) Clean(ctx context.Context, trigger Trigger) (_ Run, err error) {
+	defer repolock.WrapOp(&err, "gc.Collector.Clean")
 	if c.cleaner == nil {
 		return Run{}, repolock.Errorf(repolock.EPrecondition, "no repository cleaner is configured")
 	}

@@ -56,7 +56,8 @@ func ReportNames() []string {
 
 // LookupReport returns the named report; an unknown name is a not_found
 // error whose details list the valid names.
-func LookupReport(name string) (Report, error) {
+func LookupReport(name string) (_ Report, err error) {
+	defer repolock.WrapOp(&err, "gc.LookupReport")
 	for _, r := range reports {
 		if r.Name == name {
 			return r, nil
@@ -84,7 +85,8 @@ const (
 )
 
 // ParseFormat checks a format name against the allowed ones.
-func ParseFormat(s string, allowed ...Format) (Format, error) {
+func ParseFormat(s string, allowed ...Format) (_ Format, err error) {
+	defer repolock.WrapOp(&err, "gc.ParseFormat")
 	names := make([]string, len(allowed))
 	for i, f := range allowed {
 		if string(f) == s {
@@ -106,7 +108,8 @@ type ReportRows struct {
 // OpenReport runs the named report. limit > 0 caps the rows returned.
 // Errors (unknown report, database) come back here, before anything is
 // written.
-func OpenReport(ctx context.Context, q database.Querier, name string, limit int) (*ReportRows, error) {
+func OpenReport(ctx context.Context, q database.Querier, name string, limit int) (_ *ReportRows, err error) {
+	defer repolock.WrapOp(&err, "gc.OpenReport")
 	r, err := LookupReport(name)
 	if err != nil {
 		return nil, err
@@ -133,7 +136,10 @@ func OpenReport(ctx context.Context, q database.Querier, name string, limit int)
 }
 
 // Close releases the cursor.
-func (rr *ReportRows) Close() error { return rr.rows.Close() }
+func (rr *ReportRows) Close() (err error) {
+	defer repolock.WrapOp(&err, "gc.ReportRows.Close")
+	return rr.rows.Close()
+}
 
 // next returns the next row's values, normalized: nil, string, int64,
 // float64, bool or time.Time.
@@ -161,7 +167,8 @@ func (rr *ReportRows) next() ([]any, bool, error) {
 //     keys in column order.
 //
 // NULL is empty in table and csv, null in json; times are RFC 3339 in UTC.
-func (rr *ReportRows) Write(w io.Writer, format Format) error {
+func (rr *ReportRows) Write(w io.Writer, format Format) (err error) {
+	defer repolock.WrapOp(&err, "gc.ReportRows.Write")
 	switch format {
 	case FormatTable:
 		return rr.writeTable(w)

@@ -64,7 +64,8 @@ const maxAcquireAttempts = 16
 // ClaimedError is the error a caller denied a URL gets: code
 // repository_claimed (HTTP 409), and the owner's name in the message and in
 // Details["owner"].
-func ClaimedError(owner string) error {
+func ClaimedError(owner string) (err error) {
+	defer repolock.WrapOp(&err, "locks.ClaimedError")
 	return &repolock.Error{
 		Code:    repolock.ERepositoryClaimed,
 		Message: "a repository URL is already claimed by another user: " + owner,
@@ -73,7 +74,8 @@ func ClaimedError(owner string) error {
 }
 
 // ValidateKey checks that key is canonical: normalize.RepoURL(key) == key.
-func ValidateKey(key string) error {
+func ValidateKey(key string) (err error) {
+	defer repolock.WrapOp(&err, "locks.ValidateKey")
 	k, err := normalize.RepoURL(key)
 	if err != nil {
 		return err
@@ -158,6 +160,7 @@ SELECT name FROM owner`
 // The events are written through q too; a caller that wants a denial audited
 // must commit q (internal/apps does).
 func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, tenantID, key string) (lockID string, acquired bool, owner string, err error) {
+	defer repolock.WrapOp(&err, "locks.AcquireRepositoryCredentialURL")
 	if err := validateTenantID(tenantID); err != nil {
 		return "", false, "", err
 	}
@@ -245,6 +248,7 @@ SELECT count(*) FROM gone`
 // is still safe (the foreign keys refuse to delete a referenced lock, which
 // it reports as false), only less precise.
 func Release(ctx context.Context, q database.Querier, lockID string) (released bool, err error) {
+	defer repolock.WrapOp(&err, "locks.Release")
 	if _, err := uuid.Parse(lockID); err != nil {
 		return false, repolock.Errorf(repolock.EInvalid, "lock id is not valid")
 	}
@@ -274,12 +278,13 @@ const lockColumns = `
 
 // Get returns the tenant's lock lockID. Another tenant's lock, or a malformed
 // id, is not found.
-func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (Lock, error) {
+func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (_ Lock, err error) {
+	defer repolock.WrapOp(&err, "locks.Get")
 	if _, err := uuid.Parse(lockID); err != nil {
 		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
 	}
 	var l Lock
-	err := q.GetContext(ctx, &l, `SELECT `+lockColumns+`
+	err = q.GetContext(ctx, &l, `SELECT `+lockColumns+`
 		FROM RepositoryLockOwner o WHERE o.id = $1 AND o.cluster_user_id = $2`, lockID, tenantID)
 	if database.IsNoRows(err) {
 		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
@@ -289,7 +294,8 @@ func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (Lock
 
 // List returns one page of the tenant's locks in creation order, and the
 // token of the next page ("" after the last).
-func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]Lock, string, error) {
+func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Lock, _ string, err error) {
+	defer repolock.WrapOp(&err, "locks.List")
 	after, err := DecodePageToken(KindLocks, pageToken)
 	if err != nil {
 		return nil, "", err
@@ -327,12 +333,13 @@ type Owner struct {
 // OwnerOf returns the lock on a normalized URL and its owner, or not found
 // when the URL is free. It is an operator's lookup: it names the owner
 // whoever asks.
-func OwnerOf(ctx context.Context, q database.Querier, key string) (Owner, error) {
+func OwnerOf(ctx context.Context, q database.Querier, key string) (_ Owner, err error) {
+	defer repolock.WrapOp(&err, "locks.OwnerOf")
 	if err := ValidateKey(key); err != nil {
 		return Owner{}, err
 	}
 	var o Owner
-	err := q.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
+	err = q.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
 		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 		WHERE o.git_repository_url = $1`, key)
 	if database.IsNoRows(err) {

@@ -47,7 +47,8 @@ func EncodePageToken(kind string, c Cursor) string {
 // DecodePageToken returns the position a token of the given kind stands for;
 // the empty token is the first page. A token that is not one this service
 // issued for this list is invalid_argument (HTTP 400).
-func DecodePageToken(kind, token string) (Cursor, error) {
+func DecodePageToken(kind, token string) (_ Cursor, err error) {
+	defer repolock.WrapOp(&err, "locks.DecodePageToken")
 	if token == "" {
 		return start, nil
 	}

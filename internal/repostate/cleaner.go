@@ -108,7 +108,8 @@ const scanPage = 100
 // Run runs one pass. It returns an error only when it cannot scan (the
 // store is unreachable, ctx is done); failures of single entries are
 // counted in Failed and logged.
-func (c *Cleaner) Run(ctx context.Context) (CleanerResult, error) {
+func (c *Cleaner) Run(ctx context.Context) (_ CleanerResult, err error) {
+	defer repolock.WrapOp(&err, "repostate.Cleaner.Run")
 	var res CleanerResult
 	start := time.Now()
 	completed, err := c.sweepRecords(ctx, &res)

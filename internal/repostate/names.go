@@ -29,7 +29,8 @@ const (
 )
 
 // ValidateRepositoryName checks ^[a-z0-9][a-z0-9-]{2,62}$.
-func ValidateRepositoryName(name string) error {
+func ValidateRepositoryName(name string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.ValidateRepositoryName")
 	if !repoNameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"repository name %q is not valid: 3-63 characters of lowercase letters, digits and '-', starting with a letter or digit", clip(name))
@@ -38,10 +39,16 @@ func ValidateRepositoryName(name string) error {
 }
 
 // ValidateBranchName checks a branch name against git's ref-name rules.
-func ValidateBranchName(name string) error { return validateRefName("branch", name) }
+func ValidateBranchName(name string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.ValidateBranchName")
+	return validateRefName("branch", name)
+}
 
 // ValidateTagName checks a tag name against git's ref-name rules.
-func ValidateTagName(name string) error { return validateRefName("tag", name) }
+func ValidateTagName(name string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.ValidateTagName")
+	return validateRefName("tag", name)
+}
 
 // validateRefName applies git check-ref-format's rules (with --branch's
 // refusal of a leading '-'), plus: valid UTF-8, at most 255 bytes, not HEAD.
@@ -93,7 +100,8 @@ func validateRefName(kind, name string) error {
 }
 
 // ValidateCommitID checks the form of a commit id: 64 lowercase hex digits.
-func ValidateCommitID(id string) error {
+func ValidateCommitID(id string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.ValidateCommitID")
 	if !commitIDRE.MatchString(id) {
 		return repolock.Errorf(repolock.EInvalid, "commit id %q is not valid: 64 lowercase hex digits", clip(id))
 	}

@@ -31,7 +31,8 @@ type IndexResult struct {
 // the new host's stream yet; the fetch covers everything up to
 // CursorBefore). A repository not yet known is created. Replaying an index
 // result changes nothing more.
-func (s *Store) RecordIndexed(ctx context.Context, tenantID, repo string, ir IndexResult) (Repository, error) {
+func (s *Store) RecordIndexed(ctx context.Context, tenantID, repo string, ir IndexResult) (_ Repository, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.RecordIndexed")
 	if err := ValidateRepo(repo); err != nil {
 		return Repository{}, err
 	}
@@ -45,7 +46,7 @@ func (s *Store) RecordIndexed(ctx context.Context, tenantID, repo string, ir Ind
 		return Repository{}, err
 	}
 	var out Repository
-	err := s.db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		h, err := getHost(ctx, tx, tenantID, ir.Host, false)
 		if err != nil {
 			return err
@@ -111,7 +112,8 @@ func getRepository(ctx context.Context, q database.Querier, tenantID, repo strin
 
 // GetRepository returns one repository's indicators and whether it needs a
 // re-index, with the reason.
-func (s *Store) GetRepository(ctx context.Context, tenantID, repo string) (Repository, error) {
+func (s *Store) GetRepository(ctx context.Context, tenantID, repo string) (_ Repository, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.GetRepository")
 	if err := ValidateRepo(repo); err != nil {
 		return Repository{}, err
 	}
@@ -175,7 +177,8 @@ func decodePageToken(s string, needsIndex bool) (pageToken, error) {
 // whatever the number of repositories. A repository whose flag changes
 // while the pages are read may be missed or repeated by that pass; the next
 // pass sees it.
-func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts ListOptions) ([]Repository, string, error) {
+func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts ListOptions) (_ []Repository, _ string, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.ListRepositories")
 	size, err := pageSizeOrDefault(opts.PageSize)
 	if err != nil {
 		return nil, "", err

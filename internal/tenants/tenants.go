@@ -32,7 +32,8 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 // ValidateName checks a tenant name: 1-63 characters of [a-z0-9-], starting
 // and ending with a letter or digit (a DNS label).
-func ValidateName(name string) error {
+func ValidateName(name string) (err error) {
+	defer repolock.WrapOp(&err, "tenants.ValidateName")
 	if len(name) < 1 || len(name) > 63 || !nameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"user name must be 1-63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit")
@@ -58,7 +59,8 @@ func HashToken(token string) []byte {
 
 // Create creates a tenant and its first token. The token is returned once and
 // never stored.
-func Create(ctx context.Context, db *database.DB, name, displayName string) (Tenant, string, error) {
+func Create(ctx context.Context, db *database.DB, name, displayName string) (_ Tenant, _ string, err error) {
+	defer repolock.WrapOp(&err, "tenants.Create")
 	if err := ValidateName(name); err != nil {
 		return Tenant{}, "", err
 	}
@@ -69,7 +71,7 @@ func Create(ctx context.Context, db *database.DB, name, displayName string) (Ten
 		u     Tenant
 		token string
 	)
-	err := db.WithTx(ctx, func(tx database.Tx) error {
+	err = db.WithTx(ctx, func(tx database.Tx) error {
 		err := tx.GetContext(ctx, &u, `
 			INSERT INTO cluster_users (name, display_name) VALUES ($1, $2)
 			RETURNING id, name, display_name, created_at`, name, displayName)
@@ -95,7 +97,8 @@ func issueToken(ctx context.Context, q database.Querier, tenantID string) (strin
 }
 
 // IssueToken gives an existing tenant one more token.
-func IssueToken(ctx context.Context, q database.Querier, name string) (string, error) {
+func IssueToken(ctx context.Context, q database.Querier, name string) (_ string, err error) {
+	defer repolock.WrapOp(&err, "tenants.IssueToken")
 	u, err := GetByName(ctx, q, name)
 	if err != nil {
 		return "", err
@@ -105,9 +108,10 @@ func IssueToken(ctx context.Context, q database.Querier, name string) (string, e
 }
 
 // GetByName returns the tenant with the given name.
-func GetByName(ctx context.Context, q database.Querier, name string) (Tenant, error) {
+func GetByName(ctx context.Context, q database.Querier, name string) (_ Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.GetByName")
 	var u Tenant
-	err := q.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
+	err = q.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
 	if err != nil {
 		if database.IsNoRows(err) {
 			return Tenant{}, repolock.Errorf(repolock.ENotFound, "user %q not found", name)
@@ -118,9 +122,10 @@ func GetByName(ctx context.Context, q database.Querier, name string) (Tenant, er
 }
 
 // List returns every tenant ordered by name.
-func List(ctx context.Context, q database.Querier) ([]Tenant, error) {
+func List(ctx context.Context, q database.Querier) (_ []Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.List")
 	us := []Tenant{}
-	err := q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
+	err = q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
 	return us, database.MapError(err)
 }
 
@@ -132,12 +137,12 @@ const authenticateSQL = `
 // Authenticate returns the tenant that owns a valid, unrevoked token. The
 // lookup is by hash, so the database never compares secrets and the time it
 // takes does not depend on how much of a guess was right.
-func Authenticate(ctx context.Context, q database.Querier, token string) (Tenant, error) {
+func Authenticate(ctx context.Context, q database.Querier, token string) (_ Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.Authenticate")
 	if !strings.HasPrefix(token, TokenPrefix) || len(token) > 200 {
 		return Tenant{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 	}
 	var u Tenant
-	var err error
 	if db, ok := q.(*database.DB); ok {
 		err = db.GetPrepared(ctx, &u, authenticateSQL, HashToken(token))
 	} else {
@@ -154,7 +159,8 @@ func Authenticate(ctx context.Context, q database.Querier, token string) (Tenant
 
 // RevokeTokens revokes every token of the named tenant and returns how many
 // were revoked.
-func RevokeTokens(ctx context.Context, q database.Querier, name string) (int64, error) {
+func RevokeTokens(ctx context.Context, q database.Querier, name string) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "tenants.RevokeTokens")
 	u, err := GetByName(ctx, q, name)
 	if err != nil {
 		return 0, err
