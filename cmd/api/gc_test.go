@@ -14,6 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 // gcCLI runs the api binary's commands in-process against one test
@@ -104,7 +105,7 @@ func TestGCCommand(t *testing.T) {
 	code, out, errOut = c.run(ctx, "gc", "--min-age", "30m", "--metrics-textfile", metrics)
 	r := decodeRun(t, out)
 	if code != 0 || r.Status != gc.StatusSucceeded || r.Trigger != gc.TriggerCLI || r.Deleted != 5 || r.MinAgeSeconds != 1800 ||
-		r.Cleaner == nil || *r.Cleaner != (gc.CleanerResult{}) || errOut != "" {
+		r.Cleaner == nil || *r.Cleaner != (repostate.CleanerResult{}) || errOut != "" {
 		t.Fatalf("gc: exit %d, %+v, stderr %q", code, r, errOut)
 	}
 	prom, err := os.ReadFile(metrics)

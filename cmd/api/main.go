@@ -8,12 +8,13 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/repolock/repolock"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/repolock/repolock"
 )
 
 // command is one subcommand. run gets the arguments after the command name

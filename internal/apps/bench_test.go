@@ -16,12 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -236,7 +241,13 @@ func BenchmarkLocks(b *testing.B) {
 		b.Fatal(err)
 	}
 	serverErrors := &errorLog{Handler: slog.NewJSONHandler(io.Discard, nil), seen: map[string]int{}}
-	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: slog.New(serverErrors), AdminToken: "rla_bench_admin"})
+	serverLog := slog.New(serverErrors)
+	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: serverLog, AdminToken: "rla_bench_admin",
+		Registry:     prometheus.NewRegistry(),
+		Repositories: repostate.NewPostgres(db, repostate.Config{Logger: serverLog}),
+		Sync:         syncstate.New(db, syncstate.Options{Logger: serverLog}),
+		GC:           gc.New(db, gc.Config{Logger: serverLog}),
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,17 +8,7 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/tenants"
 )
-
-func newTenant(t testing.TB, db *database.DB, name string) tenants.Tenant {
-	t.Helper()
-	u, _, err := tenants.Create(context.Background(), db, name, "")
-	if err != nil {
-		t.Fatalf("create tenant %s: %v", name, err)
-	}
-	return u
-}
 
 // spellings are five ways of writing repository i of org, all with the same
 // key github.com/<org>/repo-<i>.

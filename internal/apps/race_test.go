@@ -31,7 +31,7 @@ func TestCreateRace(t *testing.T) {
 	)
 	us := make([]tenants.Tenant, nTenants)
 	for i := range us {
-		us[i] = newTenant(t, db, fmt.Sprintf("tenant-%d", i))
+		us[i] = dbtest.NewTenant(t, db, fmt.Sprintf("tenant-%d", i))
 	}
 	type outcome struct {
 		tenant, key string
@@ -158,7 +158,7 @@ func TestChurn(t *testing.T) {
 	t.Run("owner alone", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
-		alice := newTenant(t, db, "alice")
+		alice := dbtest.NewTenant(t, db, "alice")
 		var res churnResult
 		var wg sync.WaitGroup
 		for g := 0; g < churners; g++ {
@@ -187,8 +187,8 @@ func TestChurn(t *testing.T) {
 	t.Run("anchored", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
-		alice := newTenant(t, db, "alice")
-		bob := newTenant(t, db, "bob")
+		alice := dbtest.NewTenant(t, db, "alice")
+		bob := dbtest.NewTenant(t, db, "bob")
 		anchor, err := apps.CreateApplication(context.Background(), db, alice.ID, apps.NewApplication{Name: "anchor", RepoURL: "https://github.com/churn/repo-0"})
 		if err != nil {
 			t.Fatal(err)
@@ -242,8 +242,8 @@ func TestChurn(t *testing.T) {
 	t.Run("contested", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
-		alice := newTenant(t, db, "alice")
-		bob := newTenant(t, db, "bob")
+		alice := dbtest.NewTenant(t, db, "alice")
+		bob := dbtest.NewTenant(t, db, "bob")
 		var res churnResult
 		var wg sync.WaitGroup
 		for g := 0; g < churners; g++ {
@@ -296,7 +296,7 @@ func TestUpdateDeleteRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newRaceDB(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	const n = 40
 	ids := make([]string, n)
 	for i := range ids {

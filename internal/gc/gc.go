@@ -3,8 +3,8 @@
 // that no Application and no Repository Credential references, in batches,
 // without ever removing one that a concurrent request is about to reference.
 // It also runs the repository Cleaner (internal/repostate) when one is wired,
-// records every run in gc_runs, schedules runs for the server, and serves the
-// SQL reporting views.
+// records every run in gc_runs and schedules runs for the server. (The SQL
+// reporting views are served by internal/reports.)
 //
 // # Safety
 //
@@ -52,6 +52,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 // Trigger says what started a run.
@@ -148,30 +149,11 @@ func (o Options) validate() error {
 	return nil
 }
 
-// CleanerResult is what the repository Cleaner reports. Its fields match
-// repostate.CleanerResult one for one, so a repostate result converts with
-// gc.CleanerResult(r).
-type CleanerResult struct {
-	Scanned      int   `json:"scanned"`
-	Cleaned      int   `json:"cleaned"`
-	Failed       int   `json:"failed"`
-	StaleInitial int   `json:"stale_initial"`
-	RowsDeleted  int64 `json:"rows_deleted"`
-}
-
-// Cleaner is an optional step of a run: the cleaning of deleted repository
-// instances (repostate.Cleaner, adapted with CleanerFunc).
+// Cleaner is the optional cleaning step of a run: in production the
+// repostate Cleaner of deleted repository instances (design 000), whose
+// result a run records as is.
 type Cleaner interface {
-	Run(ctx context.Context) (CleanerResult, error)
-}
-
-// CleanerFunc adapts a function to Cleaner.
-type CleanerFunc func(ctx context.Context) (CleanerResult, error)
-
-// Run calls f.
-func (f CleanerFunc) Run(ctx context.Context) (_ CleanerResult, err error) {
-	defer repolock.WrapOp(&err, "gc.CleanerFunc.Run")
-	return f(ctx)
+	Run(ctx context.Context) (repostate.CleanerResult, error)
 }
 
 // Candidate is a lock a dry run would collect.
@@ -207,11 +189,11 @@ type Run struct {
 	// WouldCollect lists the first DryRunSampleLimit candidates of a dry run.
 	WouldCollect []Candidate `json:"would_collect,omitempty"`
 	// Cleaner holds the repository Cleaner's figures when it ran.
-	Cleaner         *CleanerResult `json:"cleaner,omitempty"`
-	StartedAt       time.Time      `json:"started_at,omitzero"`
-	FinishedAt      *time.Time     `json:"finished_at,omitempty"`
-	DurationSeconds float64        `json:"duration_seconds"`
-	Error           string         `json:"error,omitempty"`
+	Cleaner         *repostate.CleanerResult `json:"cleaner,omitempty"`
+	StartedAt       time.Time                `json:"started_at,omitzero"`
+	FinishedAt      *time.Time               `json:"finished_at,omitempty"`
+	DurationSeconds float64                  `json:"duration_seconds"`
+	Error           string                   `json:"error,omitempty"`
 }
 
 // Config configures a Collector. Zero values select the defaults.

@@ -51,9 +51,9 @@ func waitForLease(t *testing.T, db *database.DB, holder string) {
 func TestOnlyOneRunAtATime(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
+	tenant := dbtest.NewTenant(t, db, "t").ID
 	for i := range 20 {
-		createLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
+		dbtest.NewLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
 	}
 	release := blockRuns(t, db)
 
@@ -115,8 +115,8 @@ func TestLeaseHeldByAnotherProcess(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := dbtest.New(t)
-			tenant := createTenant(t, db, "t")
-			createLock(t, db, tenant, "git.example.com/t/a", time.Hour)
+			tenant := dbtest.NewTenant(t, db, "t").ID
+			dbtest.NewLock(t, db, tenant, "git.example.com/t/a", time.Hour)
 			// The other process took the lease and recorded its run.
 			mustExec(t, db, `INSERT INTO gc_leases (name, holder, acquired_at, expires_at)
 				VALUES ('gc', 'other', now() - interval '1 hour', now() + make_interval(secs => $1))`, tt.expiresIn.Seconds())
@@ -171,8 +171,8 @@ func TestLeaseHeldByAnotherProcess(t *testing.T) {
 func TestRunStopsWhenLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
-	createLock(t, db, tenant, "git.example.com/t/a", time.Hour)
+	tenant := dbtest.NewTenant(t, db, "t").ID
+	dbtest.NewLock(t, db, tenant, "git.example.com/t/a", time.Hour)
 	release := blockRuns(t, db)
 
 	c := newCollector(db, gc.Config{Holder: "stalled", LeaseTTL: 300 * time.Millisecond})

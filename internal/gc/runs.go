@@ -9,6 +9,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 func insertRun(ctx context.Context, q database.Querier, r *Run) error {
@@ -115,7 +116,7 @@ func (rr runRow) run() Run {
 		r.FinishedAt = &t
 	}
 	if rr.CleanerScanned.Valid {
-		r.Cleaner = &CleanerResult{
+		r.Cleaner = &repostate.CleanerResult{
 			Scanned:      int(rr.CleanerScanned.Int64),
 			Cleaned:      int(rr.CleanerCleaned.Int64),
 			Failed:       int(rr.CleanerFailed.Int64),

@@ -2,6 +2,7 @@ package gc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,9 +68,9 @@ func TestListRunsPages(t *testing.T) {
 func TestRunLoopCollectsUntilCancelled(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
+	tenant := dbtest.NewTenant(t, db, "t").ID
 	for i := range 5 {
-		createLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
+		dbtest.NewLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
 	}
 	c := newCollector(db, gc.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -93,7 +94,7 @@ func TestRunLoopCollectsUntilCancelled(t *testing.T) {
 	if n := len(lockURLs(t, db)); n != 0 {
 		t.Fatalf("%d locks left after three scheduled runs", n)
 	}
-	createLock(t, db, tenant, "git.example.com/t/later", time.Hour)
+	dbtest.NewLock(t, db, tenant, "git.example.com/t/later", time.Hour)
 	before := countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`)
 	waitRuns(before + 2)
 	if n := len(lockURLs(t, db)); n != 0 {
@@ -115,9 +116,15 @@ func TestMetrics(t *testing.T) {
 	db := dbtest.New(t)
 	seedScenario(t, db)
 	reg := prometheus.NewRegistry()
-	m := gc.NewMetrics(reg)
-	if again := gc.NewMetrics(reg); again == nil {
-		t.Fatal("registering twice on one registry must reuse the metrics")
+	m, err := gc.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One process registers its metrics once; a second registration is an
+	// error, never silently merged.
+	var are prometheus.AlreadyRegisteredError
+	if again, err := gc.NewMetrics(reg); again != nil || !errors.As(err, &are) {
+		t.Fatalf("registering twice = %v, %v; want an AlreadyRegisteredError", again, err)
 	}
 	c := newCollector(db, gc.Config{Metrics: m})
 
@@ -130,9 +137,9 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A second collector registered on the same registry shares the series.
+	// A second collector given the same metrics shares the series.
 	release := blockRuns(t, db)
-	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: gc.NewMetrics(reg)})
+	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: m})
 	done := make(chan error, 1)
 	go func() { _, err := holder.Collect(ctx, opts(1000, time.Minute)); done <- err }()
 	waitForLease(t, db, "holder")

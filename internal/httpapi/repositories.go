@@ -14,7 +14,7 @@ import (
 // (internal/repostate). Branch and tag names may contain '/': clients send
 // it percent-encoded (%2F) inside a path segment.
 func (s *Server) registerRepositoryRoutes() {
-	h := repoHandlers{svc: repostate.NewPostgres(s.DB, repostate.Config{Logger: s.Logger})}
+	h := repoHandlers{svc: s.cfg.Repositories}
 	t := tenantRoutes{s}
 	t.add(http.MethodPost, "/repositories", h.create)
 	t.add(http.MethodGet, "/repositories", h.list)

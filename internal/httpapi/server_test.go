@@ -16,7 +16,7 @@ import (
 
 func TestFaultsBecomeCleanJSONErrors(t *testing.T) {
 	t.Parallel()
-	e := newAPIEnv(t, withRequestTimeout(200*time.Millisecond), withLogs(), withHooks(func(s *httpapi.Server) {
+	e := newAPIEnv(t, withRequestTimeout(200*time.Millisecond), withLogs(), withRoutes(func(s *httpapi.Server) {
 		s.Admin.GET("/test/panic", func(c echo.Context) error { panic("kaboom: secret stack detail") })
 		s.Admin.GET("/test/internal", func(c echo.Context) (err error) {
 			defer repolock.WrapOp(&err, "test.Internal")

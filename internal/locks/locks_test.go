@@ -17,15 +17,6 @@ import (
 	"github.com/repolock/repolock/internal/tenants"
 )
 
-func newTenant(t *testing.T, db *database.DB, name string) tenants.Tenant {
-	t.Helper()
-	u, _, err := tenants.Create(context.Background(), db, name, "")
-	if err != nil {
-		t.Fatalf("create tenant %s: %v", name, err)
-	}
-	return u
-}
-
 type event struct {
 	Event      string         `db:"event"`
 	LockID     sql.NullString `db:"lock_id"`
@@ -97,8 +88,8 @@ func TestAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/app"
 
 	id1, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
@@ -133,7 +124,7 @@ func TestAcquireRejects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name, user, key string
 		code            repolock.Code
@@ -174,7 +165,7 @@ func TestAcquireRace(t *testing.T) {
 	const nTenants, perTenant, urls = 8, 4, 50
 	us := make([]tenants.Tenant, nTenants)
 	for i := range us {
-		us[i] = newTenant(t, db, fmt.Sprintf("t%d", i))
+		us[i] = dbtest.NewTenant(t, db, fmt.Sprintf("t%d", i))
 	}
 	type result struct {
 		user, key, lockID, owner string
@@ -247,7 +238,7 @@ func TestRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 
 	t.Run("unreferenced", func(t *testing.T) {
 		const key = "github.com/rel/free"
@@ -395,7 +386,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 
 	// The acquirer found its lock and holds it while a release starts: the
 	// release waits, sees the new reference and keeps the lock.
@@ -511,7 +502,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	// Another tenant asking while the lock is being released waits for the
 	// outcome: after the commit it wins the URL.
 	t.Run("another tenant wins only after the release commits", func(t *testing.T) {
-		bob := newTenant(t, db, "bob")
+		bob := dbtest.NewTenant(t, db, "bob")
 		const key = "github.com/race/handover"
 		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
 		if err != nil {
@@ -552,8 +543,8 @@ func TestGetAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 
 	var ids []string
 	for i := 0; i < 7; i++ {
@@ -627,7 +618,7 @@ func TestOwnerOf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
 	if err != nil {
 		t.Fatal(err)

@@ -215,7 +215,7 @@ func TestSlowCreateIsAbandoned(t *testing.T) {
 	e.create(tenant, "slow")
 }
 
-// TestCleanerRetiresDeletedTenants: NewCleaner retires every repository of
+// TestCleanerRetiresDeletedTenants: a Cleaner given TenantExists retires every repository of
 // a tenant whose cluster_users row is gone, and forgets the tenant; other
 // tenants are untouched.
 func TestCleanerRetiresDeletedTenants(t *testing.T) {
@@ -232,7 +232,8 @@ func TestCleanerRetiresDeletedTenants(t *testing.T) {
 	a := e.create(gone, "first")
 	b := e.create(gone, "second")
 	k := e.create(kept, "first")
-	cleaner := repostate.NewCleaner(e.db, repostate.CleanerConfig{Now: e.clock.Now, Logger: quiet})
+	cleaner := repostate.NewCleaner(e.db, repostate.CleanerConfig{Now: e.clock.Now, Logger: quiet,
+		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, e.db, id) }})
 	res, err := cleaner.Run(e.ctx)
 	if err != nil || res != (repostate.CleanerResult{}) {
 		t.Fatalf("Cleaner with every tenant present = %+v, %v", res, err)

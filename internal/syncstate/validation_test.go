@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/dbtest"
 )
 
 func TestTID(t *testing.T) {
@@ -208,7 +209,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	other := &fixture{db: f.db, store: f.store, tenant: newTenant(t, f.db)}
+	other := &fixture{db: f.db, store: f.store, tenant: dbtest.NewTenant(t, f.db, "").ID}
 	f.putHost(t, pds)
 	f.indexed(t, "did:a", pds, rev(1), 0)
 

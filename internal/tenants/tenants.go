@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 )
@@ -170,4 +172,16 @@ func RevokeTokens(ctx context.Context, q database.Querier, name string) (_ int64
 		return 0, database.MapError(err)
 	}
 	return res.RowsAffected()
+}
+
+// Exists reports whether a tenant with the given id exists. An id that is not
+// a UUID names no tenant.
+func Exists(ctx context.Context, q database.Querier, id string) (_ bool, err error) {
+	defer repolock.WrapOp(&err, "tenants.Exists")
+	if uuid.Validate(id) != nil {
+		return false, nil
+	}
+	var ok bool
+	err = q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, id)
+	return ok, database.MapError(err)
 }

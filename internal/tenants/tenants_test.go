@@ -136,3 +136,25 @@ func TestCreateConcurrentSameName(t *testing.T) {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 }
+
+func TestExists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	tests := []struct {
+		id   string
+		want bool
+	}{
+		{alice.ID, true},
+		{"00000000-0000-0000-0000-000000000000", false},
+		{"not-a-uuid", false},
+		{"", false},
+	}
+	for _, tc := range tests {
+		got, err := tenants.Exists(ctx, db, tc.id)
+		if err != nil || got != tc.want {
+			t.Errorf("Exists(%q) = %v, %v; want %v", tc.id, got, err, tc.want)
+		}
+	}
+}
