@@ -5,6 +5,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
 )
 
 // TenantDeletion is what deleting a tenant removed.
@@ -51,16 +52,7 @@ func DeleteTenant(ctx context.Context, db *database.DB, name string) (_ TenantDe
 		if d.RepositoryCredentials, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		err = tx.GetContext(ctx, &d.LocksReleased, `
-			WITH gone AS (
-				DELETE FROM RepositoryLockOwner WHERE cluster_user_id = $1
-				RETURNING id, git_repository_url
-			), event AS (
-				INSERT INTO repository_lock_events
-					(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-				SELECT 'released', gone.id, gone.git_repository_url, $1, $2, $1, $2 FROM gone
-			)
-			SELECT count(*) FROM gone`, id, name)
+		d.LocksReleased, err = locks.ReleaseAllForTenant(ctx, tx, id, name)
 		if err != nil {
 			return err
 		}

@@ -19,8 +19,8 @@
 //     takes FOR KEY SHARE, and internal/locks takes it explicitly when it
 //     re-acquires an existing lock), so such rows are skipped: never waited
 //     on, never failed.
-//  2. DELETE ... WHERE id = ANY(batch) AND NOT EXISTS (...) AND NOT EXISTS
-//     (...) runs with a fresh snapshot, after GC holds the row locks: it sees
+//  2. locks.DeleteUnreferenced (DELETE ... WHERE id = ANY(batch) AND
+//     locks.UnreferencedSQL) runs with a fresh snapshot, after GC holds the row locks: it sees
 //     every reference committed before the locks were taken, and no new
 //     reference can be written while GC holds them (the writer waits, then
 //     finds the lock gone and acquires a fresh one).
@@ -29,7 +29,8 @@
 //     only the locks that are really referenced are kept.
 //
 // Every collected lock gets a "collected" row in repository_lock_events in
-// the same transaction that deletes it.
+// the same transaction that deletes it (written by internal/locks, the one
+// home of lock events).
 //
 // # One run at a time
 //

@@ -48,13 +48,19 @@ type Lock struct {
 	CreatedAt             time.Time `db:"created_at" json:"created_at"`
 }
 
-// Event names recorded in repository_lock_events.
+// Event names recorded in repository_lock_events. Every statement that
+// records an event lives in this package and spells the name with these
+// constants.
 const (
 	EventAcquired  = "acquired"  // a tenant created a lock
 	EventDenied    = "denied"    // a tenant asked for a URL another tenant owns
 	EventReleased  = "released"  // a lock lost its last reference (or its tenant was deleted)
 	EventCollected = "collected" // the global GC deleted an unreferenced lock
 )
+
+// eventColumns are the columns every event insert fills.
+const eventColumns = `repository_lock_events
+	(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)`
 
 // maxAcquireAttempts bounds Acquire's loop. Each extra round is caused by a
 // lock that was deleted between two of Acquire's statements; needing more
@@ -109,9 +115,8 @@ const NewLockCTE = `lock AS (
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
 ), lock_event AS (
-	INSERT INTO repository_lock_events
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-	SELECT 'acquired', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
+	INSERT INTO ` + eventColumns + `
+	SELECT '` + EventAcquired + `', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
 	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
 )`
 
@@ -135,9 +140,8 @@ WITH owner AS (
 	FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 	WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2
 ), event AS (
-	INSERT INTO repository_lock_events
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-	SELECT 'denied', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
+	INSERT INTO ` + eventColumns + `
+	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
 	FROM owner
 )
 SELECT name FROM owner`
@@ -223,14 +227,11 @@ const lockForReleaseSQL = `SELECT id FROM RepositoryLockOwner WHERE id = $1 FOR 
 const releaseSQL = `
 WITH gone AS (
 	DELETE FROM RepositoryLockOwner o
-	WHERE o.id = $1
-	  AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication a WHERE a.lock_id = o.id)
-	  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential c WHERE c.lock_id = o.id)
+	WHERE o.id = $1 AND ` + UnreferencedSQL + `
 	RETURNING o.id, o.git_repository_url, o.cluster_user_id
 ), event AS (
-	INSERT INTO repository_lock_events
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-	SELECT 'released', gone.id, gone.git_repository_url, gone.cluster_user_id, u.name, gone.cluster_user_id, u.name
+	INSERT INTO ` + eventColumns + `
+	SELECT '` + EventReleased + `', gone.id, gone.git_repository_url, gone.cluster_user_id, u.name, gone.cluster_user_id, u.name
 	FROM gone LEFT JOIN cluster_users u ON u.id = gone.cluster_user_id
 )
 SELECT count(*) FROM gone`
