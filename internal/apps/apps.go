@@ -144,13 +144,59 @@ func validID(id string) bool {
 }
 
 // applicationRefs is the Application kind of row.
-var applicationRefs = newRefs(refs{
+var applicationRefs = &refs{
 	noun: "application", what: "an application",
-	table: "applications", refTable: "RepositoryLockApplication", refCol: "application_id",
+	sql: refsSQL{
+		get: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
+	WHERE a.id = $1 AND a.cluster_user_id = $2`,
+		locked: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
+	WHERE a.id = $1`,
+		list: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
+	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
+	ORDER BY a.created_at, a.id
+	LIMIT $4`,
+		create: `
+	WITH a AS (
+		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, $7::uuid FROM a
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
+		createWithNewLock: `
+	WITH ` + locks.NewLockCTE + `, a AS (
+		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
+		SELECT $3, $4, $5, lock.git_repository_url, $6, $7 FROM lock
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, lock.id FROM a, lock
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, lock.id::text AS lock_id FROM a, lock`,
+		update: `
+	UPDATE applications a
+	SET name = $3, repo_url = $4, normalized_url = $5, path = $6, target_revision = $7, updated_at = now()
+	WHERE a.id = $1 AND a.cluster_user_id = $2
+	RETURNING a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $8::text AS lock_id`,
+		lockRow: `SELECT id FROM applications WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`,
+		setRef: `
+	INSERT INTO RepositoryLockApplication (application_id, lock_id) VALUES ($1, $2)
+	ON CONFLICT (application_id) DO UPDATE SET lock_id = EXCLUDED.lock_id`,
+		delete: `
+	WITH ref AS (DELETE FROM RepositoryLockApplication WHERE application_id = $1 RETURNING lock_id),
+	gone AS (DELETE FROM applications WHERE id = $1)
+	SELECT lock_id FROM ref`,
+	},
 	pageKind: locks.KindApplications,
 	repoURL:  repoURL,
 	extra:    [2]column{{"path", validatePath}, {"target_revision", validateRevision}},
-})
+}
 
 func (a Application) fields() fields {
 	return fields{

@@ -516,7 +516,7 @@ func TestDeleteTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A bare lock without references is released too.
-	if _, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/alice/bare"); err != nil {
+	if _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/alice/bare"); err != nil {
 		t.Fatal(err)
 	}
 	bobApp, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "b", RepoURL: "https://github.com/bob/b"})

@@ -296,7 +296,8 @@ func BenchmarkLocks(b *testing.B) {
 			return err
 		}},
 		{"c  locks.AcquireRepositoryCredentialURL", benchOps, func(ctx context.Context, _, i int) error {
-			_, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, owner.ID, fmt.Sprintf("c.example.com/o/r%d", i))
+			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, owner.ID, fmt.Sprintf("c.example.com/o/r%d", i))
+			ok := acq.Acquired
 			if err == nil && !ok {
 				err = fmt.Errorf("not acquired")
 			}

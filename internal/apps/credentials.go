@@ -135,13 +135,59 @@ func credentialRepoURL(raw string) (normalize.Key, string, error) {
 }
 
 // credentialRefs is the Repository Credential kind of row.
-var credentialRefs = newRefs(refs{
+var credentialRefs = &refs{
 	noun: "repository credential", what: "a repository credential",
-	table: "repository_credentials", refTable: "RepositoryLockRepositoryCredential", refCol: "repository_credential_id",
+	sql: refsSQL{
+		get: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
+	WHERE a.id = $1 AND a.cluster_user_id = $2`,
+		locked: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
+	WHERE a.id = $1`,
+		list: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
+	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
+	ORDER BY a.created_at, a.id
+	LIMIT $4`,
+		create: `
+	WITH a AS (
+		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, $7::uuid FROM a
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
+		createWithNewLock: `
+	WITH ` + locks.NewLockCTE + `, a AS (
+		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+		SELECT $3, $4, $5, lock.git_repository_url, $6, $7 FROM lock
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, lock.id FROM a, lock
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, lock.id::text AS lock_id FROM a, lock`,
+		update: `
+	UPDATE repository_credentials a
+	SET name = $3, repo_url = $4, normalized_url = $5, username = $6, secret_ref = $7, updated_at = now()
+	WHERE a.id = $1 AND a.cluster_user_id = $2
+	RETURNING a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $8::text AS lock_id`,
+		lockRow: `SELECT id FROM repository_credentials WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`,
+		setRef: `
+	INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) VALUES ($1, $2)
+	ON CONFLICT (repository_credential_id) DO UPDATE SET lock_id = EXCLUDED.lock_id`,
+		delete: `
+	WITH ref AS (DELETE FROM RepositoryLockRepositoryCredential WHERE repository_credential_id = $1 RETURNING lock_id),
+	gone AS (DELETE FROM repository_credentials WHERE id = $1)
+	SELECT lock_id FROM ref`,
+	},
 	pageKind: locks.KindRepositoryCredentials,
 	repoURL:  credentialRepoURL,
 	extra:    [2]column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
-})
+}
 
 func (c RepositoryCredential) fields() fields {
 	return fields{

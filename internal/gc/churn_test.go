@@ -149,7 +149,8 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 						continue
 					}
 					err = db.WithTx(ctx, func(tx database.Tx) error {
-						_, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+						acq, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+						ok, owner := acq.Acquired, acq.Owner
 						if err == nil && !ok {
 							err = fmt.Errorf("claimed by %s", owner)
 						}

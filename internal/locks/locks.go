@@ -146,57 +146,69 @@ WITH owner AS (
 )
 SELECT name FROM owner`
 
+// Acquisition is the outcome of AcquireRepositoryCredentialURL.
+type Acquisition struct {
+	// LockID is the lock the caller now holds ("" when not Acquired).
+	LockID string
+	// Acquired is false when another tenant owns the URL.
+	Acquired bool
+	// Owner is the owning tenant's name when not Acquired.
+	Owner string
+}
+
 // AcquireRepositoryCredentialURL acquires the lock on the normalized
 // repository URL key for the tenant whose id is tenantID.
 //
 //   - The URL is free: a lock is created (and an "acquired" event recorded);
-//     it returns (id, true, "", nil). This is one statement.
-//   - The caller already owns it: it returns (existing id, true, "", nil) and
+//     it returns {LockID: id, Acquired: true}. This is one statement.
+//   - The caller already owns it: it returns {LockID: existing id,
+//     Acquired: true} and
 //     holds FOR KEY SHARE on the lock row until q's transaction ends, so a
 //     concurrent Release cannot delete it before the caller has written its
 //     reference.
 //   - Another tenant owns it: it records a "denied" event and returns
-//     ("", false, owner's name, nil). ClaimedError(owner) is the error to give
-//     the caller.
+//     {Owner: owner's name}. ClaimedError(Owner) is the error to give the
+//     caller.
 //
 // Call it in the transaction that writes the reference row: the guarantee
 // that the lock outlives the reference insert holds only until q commits.
 // The events are written through q too; a caller that wants a denial audited
 // must commit q (internal/apps does).
-func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, tenantID, key string) (lockID string, acquired bool, owner string, err error) {
+func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, tenantID, key string) (_ Acquisition, err error) {
 	defer repolock.WrapOp(&err, "locks.AcquireRepositoryCredentialURL")
 	if err := validateTenantID(tenantID); err != nil {
-		return "", false, "", err
+		return Acquisition{}, err
 	}
 	if err := ValidateKey(key); err != nil {
-		return "", false, "", err
+		return Acquisition{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
+		var lockID, owner string
 		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, tenantID)
 		if err == nil {
-			return lockID, true, "", nil
+			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
 		if !database.IsNoRows(err) {
-			return "", false, "", mapAcquireError(err)
+			return Acquisition{}, mapAcquireError(err)
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
 		err = get(ctx, q, &lockID, ownLockSQL, key, tenantID)
 		if err == nil {
-			return lockID, true, "", nil
+			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
 		if !database.IsNoRows(err) {
-			return "", false, "", database.MapError(err)
+			return Acquisition{}, database.MapError(err)
 		}
 		err = get(ctx, q, &owner, deniedSQL, key, tenantID)
 		if err == nil {
-			return "", false, owner, nil
+			return Acquisition{Owner: owner}, nil
 		}
 		if !database.IsNoRows(err) {
-			return "", false, "", database.MapError(err)
+			return Acquisition{}, database.MapError(err)
 		}
 	}
-	return "", false, "", repolock.Errorf(repolock.EConflict,
+	return Acquisition{}, repolock.Errorf(repolock.EConflict,
 		"the lock on %s changed hands %d times while acquiring it; try again", key, maxAcquireAttempts)
 }
 

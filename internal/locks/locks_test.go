@@ -92,18 +92,21 @@ func TestAcquire(t *testing.T) {
 	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/app"
 
-	id1, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	id1, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id1 == "" {
 		t.Fatalf("first acquire: %q %v %q %v", id1, acquired, owner, err)
 	}
 	// The same tenant again: the existing lock (the design's pseudocode
 	// would refuse this).
-	id2, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	acq, err = locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	id2, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id2 != id1 {
 		t.Fatalf("re-acquire: %q %v %q %v, want %q true", id2, acquired, owner, err, id1)
 	}
 	// Another tenant: denied, naming the owner.
-	id3, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key)
+	acq, err = locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key)
+	id3, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || acquired || owner != "alice" || id3 != "" {
 		t.Fatalf("other tenant: %q %v %q %v, want \"\" false alice nil", id3, acquired, owner, err)
 	}
@@ -139,7 +142,8 @@ func TestAcquireRejects(t *testing.T) {
 		{"invalid URL", alice.ID, "not a url", repolock.EInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, tc.user, tc.key)
+			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, tc.user, tc.key)
+			id, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 			if repolock.ErrorCode(err) != tc.code || id != "" || acquired || owner != "" {
 				t.Fatalf("got %q %v %q %v, want code %s", id, acquired, owner, err, tc.code)
 			}
@@ -181,7 +185,8 @@ func TestAcquireRace(t *testing.T) {
 				defer wg.Done()
 				for j := 0; j < urls; j++ {
 					k := fmt.Sprintf("git.example.com/race/r%d", (j+g*7)%urls)
-					id, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, u.ID, k)
+					acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, u.ID, k)
+					id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 					if err != nil {
 						errc <- err
 						return
@@ -242,7 +247,8 @@ func TestRelease(t *testing.T) {
 
 	t.Run("unreferenced", func(t *testing.T) {
 		const key = "github.com/rel/free"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +271,8 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by an application", func(t *testing.T) {
 		const key = "github.com/rel/app"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +291,8 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by a credential", func(t *testing.T) {
 		const key = "github.com/rel/cred"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +316,8 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("the foreign key refuses to delete a referenced lock", func(t *testing.T) {
 		const key = "github.com/rel/fk"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +368,8 @@ func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, tena
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {
-		id, ok, owner, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, tenantID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, tenantID, key)
+		id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
 	}()
 	waitUntilBlocked(t, db, pid, func() bool { return len(done) > 0 })
@@ -392,7 +402,8 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	// release waits, sees the new reference and keeps the lock.
 	t.Run("acquire first keeps the lock", func(t *testing.T) {
 		const key = "github.com/race/acquire-first"
-		lockID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		first, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		lockID := first.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +412,8 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer acq.Rollback()
-		got, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
+		again, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
+		got, ok := again.LockID, again.Acquired
 		if err != nil || !ok || got != lockID {
 			t.Fatalf("acquire: %q %v %v", got, ok, err)
 		}
@@ -437,7 +449,8 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	// waits, then creates a fresh lock.
 	t.Run("release first makes the acquirer create a fresh lock", func(t *testing.T) {
 		const key = "github.com/race/release-first"
-		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		first, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		oldID := first.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,7 +490,8 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	// The release rolled back: the acquirer gets the old lock.
 	t.Run("a rolled back release leaves the lock to the acquirer", func(t *testing.T) {
 		const key = "github.com/race/release-rollback"
-		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		first, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		oldID := first.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -504,7 +518,8 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	t.Run("another tenant wins only after the release commits", func(t *testing.T) {
 		bob := dbtest.NewTenant(t, db, "bob")
 		const key = "github.com/race/handover"
-		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		first, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		oldID := first.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -548,13 +563,15 @@ func TestGetAndList(t *testing.T) {
 
 	var ids []string
 	for i := 0; i < 7; i++ {
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
-	bobLock, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, "github.com/list/bob")
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, "github.com/list/bob")
+	bobLock := acq.LockID
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +636,8 @@ func TestOwnerOf(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	alice := dbtest.NewTenant(t, db, "alice")
-	id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
+	id := acq.LockID
 	if err != nil {
 		t.Fatal(err)
 	}
