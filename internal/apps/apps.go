@@ -36,6 +36,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // Application is an Argo CD-style application: a path at a revision of a
@@ -193,7 +194,7 @@ var applicationRefs = &refs{
 	gone AS (DELETE FROM applications WHERE id = $1)
 	SELECT lock_id FROM ref`,
 	},
-	pageKind: locks.KindApplications,
+	pageKind: pagetoken.KindApplications,
 	repoURL:  repoURL,
 	extra:    [2]column{{"path", validatePath}, {"target_revision", validateRevision}},
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // RepositoryCredential says how to authenticate to a Git repository. It never
@@ -184,7 +185,7 @@ var credentialRefs = &refs{
 	gone AS (DELETE FROM repository_credentials WHERE id = $1)
 	SELECT lock_id FROM ref`,
 	},
-	pageKind: locks.KindRepositoryCredentials,
+	pageKind: pagetoken.KindRepositoryCredentials,
 	repoURL:  credentialRepoURL,
 	extra:    [2]column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
 }

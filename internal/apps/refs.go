@@ -9,6 +9,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // refs describes one kind of row that references a lock (applicationRefs,
@@ -197,7 +198,7 @@ func getReferenced[T row](ctx context.Context, q database.Querier, k *refs, tena
 // listReferenced returns one page of the tenant's rows of kind k in creation
 // order and the token of the next page ("" after the last).
 func listReferenced[T row](ctx context.Context, q database.Querier, k *refs, tenantID string, pageSize int, pageToken string) ([]T, string, error) {
-	after, err := locks.DecodePageToken(k.pageKind, pageToken)
+	after, err := pagetoken.DecodeTimeID(k.pageKind, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
 	}
@@ -210,7 +211,7 @@ func listReferenced[T row](ctx context.Context, q database.Querier, k *refs, ten
 	if len(out) > pageSize {
 		out = out[:pageSize]
 		last := out[len(out)-1].fields()
-		next = locks.EncodePageToken(k.pageKind, locks.Cursor{CreatedAt: last.createdAt, ID: last.id})
+		next = pagetoken.Encode(k.pageKind, tenantID, pagetoken.TimeID{CreatedAt: last.createdAt, ID: last.id})
 	}
 	return out, next, nil
 }

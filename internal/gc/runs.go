@@ -3,12 +3,12 @@ package gc
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"strings"
 	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/repostate"
 )
 
@@ -149,13 +149,13 @@ func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken stri
 		err = q.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
 			ORDER BY started_at DESC, id DESC LIMIT $1`, limit+1)
 	} else {
-		after, id, perr := parseRunsToken(pageToken)
+		after, _, perr := pagetoken.Decode[pagetoken.TimeID](pagetoken.KindGCRuns, "", pageToken)
 		if perr != nil {
 			return nil, "", perr
 		}
 		err = q.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
 			WHERE (started_at, id) < ($1, $2)
-			ORDER BY started_at DESC, id DESC LIMIT $3`, after, id, limit+1)
+			ORDER BY started_at DESC, id DESC LIMIT $3`, after.CreatedAt, after.ID, limit+1)
 	}
 	if err != nil {
 		return nil, "", database.MapError(err)
@@ -164,7 +164,7 @@ func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken stri
 	if len(rows) > limit {
 		rows = rows[:limit]
 		last := rows[limit-1]
-		next = base64.RawURLEncoding.EncodeToString([]byte(last.StartedAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID))
+		next = pagetoken.Encode(pagetoken.KindGCRuns, "", pagetoken.TimeID{CreatedAt: last.StartedAt, ID: last.ID})
 	}
 	runs := make([]Run, len(rows))
 	for i, rr := range rows {
@@ -188,26 +188,6 @@ func GetRun(ctx context.Context, q database.Querier, id string) (_ Run, err erro
 		return Run{}, database.MapError(err)
 	}
 	return rr.run(), nil
-}
-
-func parseRunsToken(tok string) (time.Time, string, error) {
-	bad := repolock.Errorf(repolock.EInvalid, "page_token is not valid")
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	ts, id, ok := strings.Cut(string(b), "|")
-	if !ok {
-		return time.Time{}, "", bad
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	if !isUUID(id) {
-		return time.Time{}, "", bad
-	}
-	return t, id, nil
 }
 
 func isUUID(s string) bool {

@@ -34,6 +34,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // Lock is a tenant's ownership lock on a normalized repository URL, with the
@@ -309,7 +310,7 @@ func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (_ Lo
 // token of the next page ("" after the last).
 func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Lock, _ string, err error) {
 	defer repolock.WrapOp(&err, "locks.List")
-	after, err := DecodePageToken(KindLocks, pageToken)
+	after, err := pagetoken.DecodeTimeID(pagetoken.KindLocks, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
 	}
@@ -326,7 +327,7 @@ func List(ctx context.Context, q database.Querier, tenantID string, pageSize int
 	if len(ls) > pageSize {
 		ls = ls[:pageSize]
 		last := ls[len(ls)-1]
-		next = EncodePageToken(KindLocks, Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+		next = pagetoken.Encode(pagetoken.KindLocks, tenantID, pagetoken.TimeID{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
 	return ls, next, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -622,8 +623,17 @@ func TestGetAndList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherKind := locks.EncodePageToken(locks.KindApplications, locks.Cursor{CreatedAt: time.Now(), ID: ids[0]})
-	for _, tok := range []string{"x", "!!!", "e30", appToken[:len(appToken)-2], otherKind} {
+	otherKind := pagetoken.Encode(pagetoken.KindApplications, alice.ID, pagetoken.TimeID{CreatedAt: time.Now(), ID: ids[0]})
+	// Bob's token, used by alice.
+	_, bobToken, err := locks.List(ctx, db, bob.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bobToken != "" {
+		t.Fatalf("bob has one lock, but a next page: %q", bobToken)
+	}
+	otherTenant := pagetoken.Encode(pagetoken.KindLocks, bob.ID, pagetoken.TimeID{CreatedAt: time.Now(), ID: ids[0]})
+	for _, tok := range []string{"x", "!!!", "e30", "W1tbW1tb", appToken[:len(appToken)-2], otherKind, otherTenant} {
 		_, _, err := locks.List(ctx, db, alice.ID, 10, tok)
 		if repolock.ErrorCode(err) != repolock.EInvalid {
 			t.Errorf("token %q: %v, want invalid_argument", tok, err)

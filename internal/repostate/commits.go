@@ -9,6 +9,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/repostate/kv"
 )
 
@@ -241,7 +242,7 @@ func (s *Service) Log(ctx context.Context, tenantID, repo, branch, fromID string
 		}
 		next = b.CommitID
 	} else if err := ValidateCommitID(next); err != nil {
-		return nil, "", repolock.Errorf(repolock.EInvalid, "page_token is not valid")
+		return nil, "", pagetoken.Invalid()
 	}
 	out := []Commit{}
 	for next != "" && len(out) < limit {

@@ -3,11 +3,11 @@ package syncstate
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // hostRow is a sync_hosts row.
@@ -174,14 +174,14 @@ func (s *Store) ListHosts(ctx context.Context, tenantID string, pageSize int, pa
 	if err != nil {
 		return nil, "", err
 	}
-	after := ""
-	if pageToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(pageToken)
-		if err != nil || ValidateHostName(string(b)) != nil {
-			return nil, "", repolock.Errorf(repolock.EInvalid, "page_token is not valid")
-		}
-		after = string(b)
+	cur, first, err := pagetoken.Decode[pagetoken.Name](pagetoken.KindSyncHosts, tenantID, pageToken)
+	if err != nil {
+		return nil, "", err
 	}
+	if !first && ValidateHostName(cur.Name) != nil {
+		return nil, "", pagetoken.Invalid()
+	}
+	after := cur.Name
 	var rows []hostRow
 	// Served by sync_hosts_tenant_name_key.
 	err = s.db.SelectContext(ctx, &rows, `
@@ -194,7 +194,7 @@ func (s *Store) ListHosts(ctx context.Context, tenantID string, pageSize int, pa
 	next := ""
 	if len(rows) > size {
 		rows = rows[:size]
-		next = base64.RawURLEncoding.EncodeToString([]byte(rows[size-1].Name))
+		next = pagetoken.Encode(pagetoken.KindSyncHosts, tenantID, pagetoken.Name{Name: rows[size-1].Name})
 	}
 	hosts := make([]Host, len(rows))
 	for i, r := range rows {
