@@ -123,6 +123,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, shutdownTimeout tim
 		WriteTimeout:      s.cfg.RequestTimeout + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
+		// Connection states at debug level: what an operator (or the
+		// graceful-shutdown test) reads to see a request in flight.
+		ConnState: func(c net.Conn, st http.ConnState) {
+			s.Logger.Debug("http connection", "state", st.String(), "remote", c.RemoteAddr().String())
+		},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
