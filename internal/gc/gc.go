@@ -210,6 +210,8 @@ type Config struct {
 	// Holder names this process in gc_leases and gc_runs (default
 	// host:pid:random).
 	Holder string
+	// Signals, when set, are notified of leases and finished runs (tests).
+	Signals Signals
 }
 
 // Collector runs collections. It is safe for concurrent use; concurrent runs
@@ -222,6 +224,7 @@ type Collector struct {
 	cleaner  Cleaner
 	leaseTTL time.Duration
 	holder   string
+	signals  Signals
 }
 
 // New returns a Collector on db.
@@ -242,6 +245,7 @@ func New(db *database.DB, cfg Config) *Collector {
 		cleaner:  cfg.Cleaner,
 		leaseTTL: cfg.LeaseTTL,
 		holder:   cfg.Holder,
+		signals:  cfg.Signals,
 	}
 }
 
@@ -296,6 +300,14 @@ func (c *Collector) Clean(ctx context.Context, trigger Trigger) (_ Run, err erro
 var errLeaseLost = errors.New("lost the gc lease to another process")
 
 func (c *Collector) run(ctx context.Context, kind Kind, opts Options) (Run, error) {
+	r, err := c.runOnce(ctx, kind, opts)
+	if r.Status != "" {
+		signal(c.signals.RunFinished, r)
+	}
+	return r, err
+}
+
+func (c *Collector) runOnce(ctx context.Context, kind Kind, opts Options) (Run, error) {
 	r := Run{
 		Kind:          kind,
 		Trigger:       opts.Trigger,
@@ -314,10 +326,12 @@ func (c *Collector) run(ctx context.Context, kind Kind, opts Options) (Run, erro
 		return c.skip(log, r, ReasonAnotherRunning), nil
 	}
 	defer lease.release(c.logger)
+	signal(c.signals.LeaseAcquired, c.holder)
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopRenewing := lease.keepRenewed(runCtx, c.logger, func() { cancel(errLeaseLost) })
+	stopRenewing := lease.keepRenewed(runCtx, c.logger, func() { cancel(errLeaseLost) },
+		func() { signal(c.signals.LeaseRenewed, time.Now()) })
 	defer stopRenewing()
 
 	if opts.SkipIfRanWithin > 0 {

@@ -72,22 +72,27 @@ func TestRunLoopCollectsUntilCancelled(t *testing.T) {
 	for i := range 5 {
 		dbtest.NewLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
 	}
-	c := newCollector(db, gc.Config{})
+	finished := make(chan gc.Run, 1000)
+	c := newCollector(db, gc.Config{Signals: gc.Signals{RunFinished: finished}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		c.RunLoop(ctx, gc.LoopConfig{Interval: 20 * time.Millisecond, Options: opts(2, time.Minute)})
 	}()
-	// Wait for three scheduled runs; then orphans made meanwhile are
-	// collected by the next ones.
+	// Wait for scheduled runs, as the collector reports them; orphans made
+	// meanwhile are collected by the next ones.
+	succeeded := 0
 	waitRuns := func(n int) {
 		t.Helper()
-		for i := 0; countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`) < n; i++ {
-			if i > 3000 {
-				t.Fatalf("fewer than %d scheduled runs", n)
+		for succeeded < n {
+			r := <-finished
+			if r.Trigger != gc.TriggerSchedule {
+				t.Fatalf("a loop run with trigger %q", r.Trigger)
 			}
-			time.Sleep(10 * time.Millisecond)
+			if r.Status == gc.StatusSucceeded {
+				succeeded++
+			}
 		}
 	}
 	waitRuns(3)
@@ -95,8 +100,7 @@ func TestRunLoopCollectsUntilCancelled(t *testing.T) {
 		t.Fatalf("%d locks left after three scheduled runs", n)
 	}
 	dbtest.NewLock(t, db, tenant, "git.example.com/t/later", time.Hour)
-	before := countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`)
-	waitRuns(before + 2)
+	waitRuns(succeeded + 2)
 	if n := len(lockURLs(t, db)); n != 0 {
 		t.Fatalf("the later orphan was not collected")
 	}
@@ -139,10 +143,11 @@ func TestMetrics(t *testing.T) {
 	}
 	// A second collector given the same metrics shares the series.
 	release := blockRuns(t, db)
-	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: m})
+	leased := make(chan string, 1)
+	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: m, Signals: gc.Signals{LeaseAcquired: leased}})
 	done := make(chan error, 1)
 	go func() { _, err := holder.Collect(ctx, opts(1000, time.Minute)); done <- err }()
-	waitForLease(t, db, "holder")
+	<-leased
 	if r, err := c.Collect(ctx, opts(1000, time.Minute)); err != nil || r.Status != gc.StatusSkipped {
 		t.Fatalf("concurrent run = %+v, %v", r, err)
 	}
