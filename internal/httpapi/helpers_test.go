@@ -39,7 +39,6 @@ type apiEnv struct {
 	registry *prometheus.Registry
 
 	addRoutes []func(*httpapi.Server)
-	gcConfig  []func(*gc.Config)
 }
 
 // envOption adjusts the server's Config (and the env) before httpapi.New.
@@ -53,11 +52,6 @@ func withRequestTimeout(d time.Duration) envOption {
 // withRoutes adds test-only routes to the built server before it serves.
 func withRoutes(add func(*httpapi.Server)) envOption {
 	return func(e *apiEnv, _ *httpapi.Config) { e.addRoutes = append(e.addRoutes, add) }
-}
-
-// withGCConfig adjusts the Config of the env's gc.Collector.
-func withGCConfig(adjust func(*gc.Config)) envOption {
-	return func(e *apiEnv, _ *httpapi.Config) { e.gcConfig = append(e.gcConfig, adjust) }
 }
 
 // withLogs captures the server's logs in e.logs.
@@ -92,9 +86,6 @@ func newAPIEnv(t *testing.T, opts ...envOption) *apiEnv {
 	gcCfg := gc.Config{Logger: cfg.Logger, Metrics: metrics,
 		Cleaner: repostate.NewCleaner(db, repostate.CleanerConfig{Logger: cfg.Logger,
 			TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})}
-	for _, adjust := range e.gcConfig {
-		adjust(&gcCfg)
-	}
 	cfg.Registry = e.registry
 	cfg.GC = gc.New(db, gcCfg)
 	cfg.Repositories = repostate.NewPostgres(db, repostate.Config{Logger: cfg.Logger})
