@@ -86,8 +86,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 // ValidateName checks an application or credential name: 1-253 characters of
 // lowercase letters, digits, '-' and '.', starting and ending with a letter or
 // digit (a Kubernetes object name).
-func ValidateName(name string) (err error) {
-	defer repolock.WrapOp(&err, "apps.ValidateName")
+func ValidateName(name string) error {
 	if len(name) < 1 || len(name) > MaxNameLength || !nameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"name must be 1-%d characters of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit", MaxNameLength)

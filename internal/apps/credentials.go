@@ -58,8 +58,7 @@ var SecretFields = []string{
 
 // ErrSecretField is the error for a request that carries a secret in field.
 // The value is never echoed.
-func ErrSecretField(field string) (err error) {
-	defer repolock.WrapOp(&err, "apps.ErrSecretField")
+func ErrSecretField(field string) error {
 	return &repolock.Error{
 		Code: repolock.EInvalid,
 		Message: "repository credentials never carry secrets: remove \"" + field + "\", store the secret in your secret store " +

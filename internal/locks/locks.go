@@ -71,8 +71,7 @@ const maxAcquireAttempts = 16
 // ClaimedError is the error a caller denied a URL gets: code
 // repository_claimed (HTTP 409), and the owner's name in the message and in
 // Details["owner"].
-func ClaimedError(owner string) (err error) {
-	defer repolock.WrapOp(&err, "locks.ClaimedError")
+func ClaimedError(owner string) error {
 	return &repolock.Error{
 		Code:    repolock.ERepositoryClaimed,
 		Message: "a repository URL is already claimed by another user: " + owner,
@@ -81,8 +80,7 @@ func ClaimedError(owner string) (err error) {
 }
 
 // ValidateKey checks that key is canonical: normalize.RepoURL(key) == key.
-func ValidateKey(key string) (err error) {
-	defer repolock.WrapOp(&err, "locks.ValidateKey")
+func ValidateKey(key string) error {
 	k, err := normalize.RepoURL(key)
 	if err != nil {
 		return err

@@ -61,8 +61,7 @@ func Names() []string {
 
 // Lookup returns the named report; an unknown name is a not_found
 // error whose details list the valid names.
-func Lookup(name string) (_ Report, err error) {
-	defer repolock.WrapOp(&err, "reports.Lookup")
+func Lookup(name string) (Report, error) {
 	for _, r := range reports {
 		if r.Name == name {
 			return r, nil
@@ -90,8 +89,7 @@ const (
 )
 
 // ParseFormat checks a format name against the allowed ones.
-func ParseFormat(s string, allowed ...Format) (_ Format, err error) {
-	defer repolock.WrapOp(&err, "reports.ParseFormat")
+func ParseFormat(s string, allowed ...Format) (Format, error) {
 	names := make([]string, len(allowed))
 	for i, f := range allowed {
 		if string(f) == s {

@@ -29,8 +29,7 @@ const (
 )
 
 // ValidateRepositoryName checks ^[a-z0-9][a-z0-9-]{2,62}$.
-func ValidateRepositoryName(name string) (err error) {
-	defer repolock.WrapOp(&err, "repostate.ValidateRepositoryName")
+func ValidateRepositoryName(name string) error {
 	if !repoNameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"repository name %q is not valid: 3-63 characters of lowercase letters, digits and '-', starting with a letter or digit", clip(name))
@@ -39,14 +38,12 @@ func ValidateRepositoryName(name string) (err error) {
 }
 
 // ValidateBranchName checks a branch name against git's ref-name rules.
-func ValidateBranchName(name string) (err error) {
-	defer repolock.WrapOp(&err, "repostate.ValidateBranchName")
+func ValidateBranchName(name string) error {
 	return validateRefName("branch", name)
 }
 
 // ValidateTagName checks a tag name against git's ref-name rules.
-func ValidateTagName(name string) (err error) {
-	defer repolock.WrapOp(&err, "repostate.ValidateTagName")
+func ValidateTagName(name string) error {
 	return validateRefName("tag", name)
 }
 
@@ -100,8 +97,7 @@ func validateRefName(kind, name string) error {
 }
 
 // ValidateCommitID checks the form of a commit id: 64 lowercase hex digits.
-func ValidateCommitID(id string) (err error) {
-	defer repolock.WrapOp(&err, "repostate.ValidateCommitID")
+func ValidateCommitID(id string) error {
 	if !commitIDRE.MatchString(id) {
 		return repolock.Errorf(repolock.EInvalid, "commit id %q is not valid: 64 lowercase hex digits", clip(id))
 	}

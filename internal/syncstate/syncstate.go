@@ -167,8 +167,7 @@ var hostNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5}
 
 // ValidateHostName checks a host name: a lower-case DNS name with an
 // optional :port, at most 253 characters.
-func ValidateHostName(name string) (err error) {
-	defer repolock.WrapOp(&err, "syncstate.ValidateHostName")
+func ValidateHostName(name string) error {
 	if len(name) < 1 || len(name) > MaxHostLength || !hostNameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"host name must be 1-%d characters of lowercase letters, digits, '.' and '-' with an optional :port, got %q",
@@ -179,8 +178,7 @@ func ValidateHostName(name string) (err error) {
 
 // ValidateRepo checks a repository id: 1-2048 bytes of UTF-8 without
 // control characters.
-func ValidateRepo(repo string) (err error) {
-	defer repolock.WrapOp(&err, "syncstate.ValidateRepo")
+func ValidateRepo(repo string) error {
 	if repo == "" {
 		return repolock.Errorf(repolock.EInvalid, "repo is required")
 	}
@@ -197,8 +195,7 @@ func ValidateRepo(repo string) (err error) {
 // and, when it is a TID, not more than the Store's MaxRevFuture ahead of its
 // clock (such a rev would otherwise poison last_indexed_rev forever: no
 // later rev could ever pass it).
-func (s *Store) ValidateRev(rev string) (err error) {
-	defer repolock.WrapOp(&err, "syncstate.Store.ValidateRev")
+func (s *Store) ValidateRev(rev string) error {
 	if rev == "" {
 		return repolock.Errorf(repolock.EInvalid, "rev is required")
 	}

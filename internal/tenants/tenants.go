@@ -34,8 +34,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 // ValidateName checks a tenant name: 1-63 characters of [a-z0-9-], starting
 // and ending with a letter or digit (a DNS label).
-func ValidateName(name string) (err error) {
-	defer repolock.WrapOp(&err, "tenants.ValidateName")
+func ValidateName(name string) error {
 	if len(name) < 1 || len(name) > 63 || !nameRE.MatchString(name) {
 		return repolock.Errorf(repolock.EInvalid,
 			"user name must be 1-63 characters of lowercase letters, digits and '-', starting and ending with a letter or digit")
