@@ -17,6 +17,8 @@ BINDIR     ?= $(PREFIX)/bin
 DOCDIR     ?= $(PREFIX)/share/doc/repolock
 SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
+# staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: help
 help: ## list the targets
@@ -62,9 +64,11 @@ fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git
 	ORACLE_RANDOM=$(ORACLE_RANDOM) $(GO) test -count=1 -run '^TestGitOracleRandom$$' -timeout 60m ./internal/normalize
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) test -count=1 -run 'TestOpenAPILint|TestErrorCodes' ./api/  # OpenAPI 3.0 validation (kin-openapi) + project rules
 
 .PHONY: install
