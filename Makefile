@@ -6,9 +6,19 @@ GO        ?= go
 BIN       := bin/api
 PG_ENSURE := scripts/pg-ensure.sh
 FUZZTIME  ?= 60s
+ORACLE_RANDOM ?= 5000
 BENCHTIME ?= 1x
 BENCH     ?= .
 LISTEN_ADDR ?= 127.0.0.1:8080
+# make install: the binary installs as $(BINDIR)/repolock (scripts/install.sh).
+DESTDIR    ?=
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+DOCDIR     ?= $(PREFIX)/share/doc/repolock
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
+# staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: help
 help: ## list the targets
@@ -33,10 +43,12 @@ run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
 	DATABASE_URL="$$url" ADMIN_TOKEN="$$ADMIN_TOKEN" LISTEN_ADDR="$(LISTEN_ADDR)" LOG_FORMAT=$${LOG_FORMAT:-text} exec ./$(BIN) serve
 
 .PHONY: test
-test: ## start Postgres if needed, go vet, go test -race on every package
+test: ## start Postgres (and install git) if needed, go vet, go test -race on every package, then test-deploy
+	@scripts/git-ensure.sh
 	@set -e; url=$$($(PG_ENSURE)); \
 	$(GO) vet ./...; \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory test-deploy
 
 .PHONY: test-ha
 test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_basebackup), crash and promote under load
@@ -55,14 +67,38 @@ bench-scale: ## capacity at 10M locks vs 100k (SCALE_LOCKS, SCALE_SMALL, SCALE_T
 	TEST_DATABASE_URL="$$url" $(GO) test -tags scale -run '^$$' -bench 'Scale' -benchtime 1x -timeout 180m ./tests/
 
 .PHONY: fuzz
-fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
-	$(GO) test -run '^$$' -fuzz FuzzRepoURL -fuzztime $(FUZZTIME) ./internal/normalize
+fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
+	@scripts/git-ensure.sh
+	$(GO) test -run '^$$' -fuzz '^FuzzRepoURL$$' -fuzztime $(FUZZTIME) ./internal/normalize
+	$(GO) test -run '^$$' -fuzz '^FuzzEquivalentSpellings$$' -fuzztime $(FUZZTIME) ./internal/normalize
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalizerAliases$$' -fuzztime $(FUZZTIME) ./internal/normalize
+	ORACLE_RANDOM=$(ORACLE_RANDOM) $(GO) test -count=1 -run '^TestGitOracleRandom$$' -timeout 60m ./internal/normalize
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	$(GO) test -count=1 -run 'TestOpenAPILint|TestErrorCodes' ./api/  # OpenAPI 3.0 validation (kin-openapi) + project rules
+
+.PHONY: install
+install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repolock/repolock.env (DESTDIR=, PREFIX=/usr/local)
+	@BIN=$(BIN) DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" BINDIR="$(BINDIR)" DOCDIR="$(DOCDIR)" \
+		SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" scripts/install.sh
+
+.PHONY: test-deploy
+test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, compose.yaml, make install + systemd-analyze verify
+	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@scripts/test-install.sh
+
+.PHONY: image
+image: ## build the container image localhost/repolock:VERSION with buildah, no base image pulled (scripts/image.sh)
+	@scripts/image.sh
+
+.PHONY: test-image
+test-image: ## build the image, inspect it and, where podman can run it, start it against Postgres (scripts/test-image.sh)
+	@set -e; url=$$($(PG_ENSURE)); TEST_DATABASE_URL="$$url" scripts/test-image.sh
 
 .PHONY: pg
 pg: ## make sure a Postgres is reachable and print its URL

@@ -112,3 +112,57 @@ func ErrorDetails(err error) map[string]any {
 
 // IsCode reports whether err carries the given code.
 func IsCode(err error, code Code) bool { return err != nil && ErrorCode(err) == code }
+
+// OpError records which operation an error came out of. It is transparent to
+// errors.Is and errors.As (the *Error and its code stay reachable) and to the
+// caller-safe ErrorMessage: only Error(), which goes to logs, names the
+// operation.
+type OpError struct {
+	Op  string // "package.Function" or "package.Type.Method"
+	Err error
+}
+
+func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// WrapOp wraps a non-nil *errp with the operation op. It is meant to be
+// deferred on a named error result at the top of an exported function:
+//
+//	func Acquire(ctx context.Context, ...) (_ Lock, err error) {
+//		defer repolock.WrapOp(&err, "locks.Acquire")
+//		...
+//	}
+//
+// An error that already carries op (a recursive call) is not wrapped again.
+func WrapOp(errp *error, op string) {
+	if *errp == nil {
+		return
+	}
+	var oe *OpError
+	if errors.As(*errp, &oe) && oe.Op == op {
+		return
+	}
+	*errp = &OpError{Op: op, Err: *errp}
+}
+
+// Op returns the outermost operation recorded in err's chain, or "".
+func Op(err error) string {
+	var oe *OpError
+	if errors.As(err, &oe) {
+		return oe.Op
+	}
+	return ""
+}
+
+// WithoutOps returns err's text without the operation prefixes WrapOp added
+// at the top of its chain: what a command-line user is shown.
+func WithoutOps(err error) string {
+	for {
+		oe, ok := err.(*OpError)
+		if !ok {
+			return err.Error()
+		}
+		err = oe.Err
+	}
+}

@@ -2,8 +2,6 @@ package client_test
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,7 +11,7 @@ import (
 	"github.com/repolock/repolock/client"
 	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/httpapi/httpapitest"
 )
 
 const adminToken = "rla_client_test_admin_token"
@@ -69,15 +67,7 @@ func TestMain(m *testing.M) {
 // newServer builds the real handler stack on a fresh database. It is the
 // one place that knows how the server is constructed.
 func newServer(tb testing.TB) http.Handler {
-	srv, err := httpapi.New(httpapi.Config{
-		DB:         dbtest.New(tb),
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		AdminToken: adminToken,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return srv
+	return httpapitest.New(tb, dbtest.New(tb), adminToken)
 }
 
 // env is a server on its own database with clients whose traffic is

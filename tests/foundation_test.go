@@ -214,11 +214,17 @@ func TestGracefulShutdown(t *testing.T) {
 	// Send the headers and half of the body, so the request is in flight.
 	fmt.Fprintf(conn, "POST /v1/admin/users HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 		s.AdminToken, len(body), body[:5])
-	time.Sleep(200 * time.Millisecond) // let the server start reading the request
+	// The server's own signals, from its logs: it has started reading the
+	// request (the connection is active) ...
+	local := conn.LocalAddr().String()
+	s.waitForLog(t, "the connection as active", func(rec map[string]any) bool {
+		return rec["msg"] == "http connection" && rec["state"] == "active" && rec["remote"] == local
+	})
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // let shutdown begin
+	// ... and it has begun shutting down, with the request still in flight.
+	s.waitForLog(t, "shutting down", func(rec map[string]any) bool { return rec["msg"] == "shutting down" })
 	select {
 	case <-s.exited:
 		t.Fatalf("server exited with a request in flight")

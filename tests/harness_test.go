@@ -297,19 +297,65 @@ func randomHex(n int) string {
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	// changed is closed (and forgotten) at the next write: waitForLog's
+	// wake-up.
+	changed chan struct{}
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.notifyLocked()
 	return b.buf.Write(p)
 }
 
 func (b *syncBuffer) WriteLine(line string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.notifyLocked()
 	b.buf.WriteString(line)
 	b.buf.WriteByte('\n')
+}
+
+func (b *syncBuffer) notifyLocked() {
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+}
+
+// snapshot returns the output so far and a channel closed at the next write.
+func (b *syncBuffer) snapshot() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	return b.buf.String(), b.changed
+}
+
+// waitForLog waits until the server writes a JSON log line for which match
+// is true, woken by each write (no polling). It fails the test if the
+// server exits first or nothing matches within a minute.
+func (s *server) waitForLog(t *testing.T, what string, match func(rec map[string]any) bool) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		out, changed := s.logs.snapshot()
+		for _, line := range strings.Split(out, "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && match(rec) {
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case <-s.exited:
+			t.Fatalf("api serve exited while waiting for %s", what)
+		case <-deadline:
+			t.Fatalf("api serve did not log %s within a minute", what)
+		}
+	}
 }
 
 func (b *syncBuffer) String() string {

@@ -22,7 +22,7 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 	}
 	for _, raw := range same {
 		status, resp := s.do(t, http.MethodGet, "/v1/normalize?url="+url.QueryEscape(raw), token, nil)
-		if status != 200 || resp["normalized"] != "github.com/argoproj/test" || resp["version"] != float64(1) {
+		if status != 200 || resp["normalized"] != "github.com/argoproj/test" || resp["version"] != float64(2) {
 			t.Fatalf("%q: %d %v", raw, status, resp)
 		}
 		if in, _ := resp["input"].(string); strings.Contains(in, "tok") || strings.Contains(in, "user") {
@@ -44,6 +44,11 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 		"https://github.com/o/r?x=1":    "query strings are not allowed",
 		"git@github.com:o/r name":       "whitespace",
 		"https://u:s3cret@h/o/r?x=1#ff": "",
+		// v2: '..' is rejected on every transport (issue 10, hole 1).
+		"https://github.com/o/r//..":          "'..' segment",
+		"https://u:s3cret@github.com/x//../o": "'..' segment",
+		"git@github.com:o/%2e%2e/r":           "'..' segment",
+		"ssh://git@h/~alice/r":                "'~user' paths",
 	}
 	for raw, reason := range bad {
 		status, resp := s.do(t, http.MethodGet, "/v1/normalize?url="+url.QueryEscape(raw), token, nil)
@@ -58,8 +63,25 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 		t.Fatalf("missing url: %d %v", status, resp)
 	}
 
-	out, errOut, code := runCLI(t, s.DatabaseURL, "normalize", "git@GITHUB.com:argoproj/test", "https://h:8443/o/r", "git@h:2222/o/r")
-	if code != 0 || out != "github.com/argoproj/test\nh:8443/o/r\nh/2222/o/r\n" {
+	// v2: ported keys are host+port/path; scheme-less host:DIGITS/path is
+	// scp-like with or without a user, as git reads it; a leading ~ on ssh
+	// paths is dropped.
+	for raw, want := range map[string]string{
+		"github.com:1234/repo":                           "github.com/1234/repo",
+		"git@github.com:1234/repo":                       "github.com/1234/repo",
+		"ssh.github.com:443/o/r":                         "github.com/443/o/r",
+		"ssh://git@h.example/~/o/r":                      "h.example/o/r",
+		"git@ssh.dev.azure.com:v3/org/My%20Project/repo": "dev.azure.com/org/my%20project/_git/repo",
+		"h.example+8443/o/r":                             "h.example+8443/o/r",
+	} {
+		status, resp := s.do(t, http.MethodGet, "/v1/normalize?url="+url.QueryEscape(raw), token, nil)
+		if status != 200 || resp["normalized"] != want {
+			t.Fatalf("%q: %d %v, want %q", raw, status, resp, want)
+		}
+	}
+
+	out, errOut, code := runCLI(t, s.DatabaseURL, "normalize", "git@GITHUB.com:argoproj/test", "https://h:8443/o/r", "git@h:2222/o/r", "h:2222/o/r")
+	if code != 0 || out != "github.com/argoproj/test\nh+8443/o/r\nh/2222/o/r\nh/2222/o/r\n" {
 		t.Fatalf("normalize CLI: %d %q %q", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, s.DatabaseURL, "normalize", "https://a:s3cret@github.com/o/r", "https://github.com/o/r?x=1")

@@ -41,7 +41,11 @@ func runClean(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	r, err := newCollector(db, logger, gc.NewMetrics(reg)).Clean(ctx, gc.TriggerCLI)
+	c, err := newCollector(db, logger, reg)
+	if err != nil {
+		return err
+	}
+	r, err := c.Clean(ctx, gc.TriggerCLI)
 	metrics.write(reg, logger)
 	return reportRun(e, r, err)
 }

@@ -16,7 +16,8 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
-	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // gcRunFlags are the parameters of a collection: api gc's --batch-size and
@@ -106,14 +107,30 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	c := newCollector(db, logger, gc.NewMetrics(reg))
+	c, err := newCollector(db, logger, reg)
+	if err != nil {
+		return err
+	}
 	r, err := c.Collect(ctx, opts)
 	metrics.write(reg, logger)
 	return reportRun(e, r, err)
 }
 
-func newCollector(db *database.DB, logger *slog.Logger, m *gc.Metrics) *gc.Collector {
-	return gc.New(db, gc.Config{Logger: logger, Metrics: m, Cleaner: gc.NewRepositoryCleaner(db, logger)})
+// newCollector builds the process's one gc.Collector: metrics on reg, and
+// the repostate Cleaner as its cleaning step, retiring the repositories of
+// deleted tenants (tenants.Exists).
+func newCollector(db *database.DB, logger *slog.Logger, reg prometheus.Registerer) (*gc.Collector, error) {
+	m, err := gc.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{
+		Logger: logger,
+		TenantExists: func(ctx context.Context, id string) (bool, error) {
+			return tenants.Exists(ctx, db, id)
+		},
+	})
+	return gc.New(db, gc.Config{Logger: logger, Metrics: m, Cleaner: cleaner}), nil
 }
 
 // reportRun prints the run and turns its outcome into the exit status: 0
@@ -150,10 +167,10 @@ func (g *gcLoopFlags) register(fs *flag.FlagSet, e *env) {
 	g.run.register(fs, e, "gc-")
 }
 
-// start starts the scheduled collections of serve, with their metrics on the
-// server's registry, and returns the function that stops them (waiting for
-// a run in progress to be recorded).
-func (g *gcLoopFlags) start(ctx context.Context, db *database.DB, srv *httpapi.Server, logger *slog.Logger) (stop func(), err error) {
+// start starts the scheduled collections of serve on c, the process's one
+// Collector (POST /v1/admin/gc uses it too), and returns the function that
+// stops them (waiting for a run in progress to be recorded).
+func (g *gcLoopFlags) start(ctx context.Context, c *gc.Collector, logger *slog.Logger) (stop func(), err error) {
 	if g.interval < 0 {
 		return nil, fmt.Errorf("--gc-interval must not be negative")
 	}
@@ -166,7 +183,6 @@ func (g *gcLoopFlags) start(ctx context.Context, db *database.DB, srv *httpapi.S
 	if opts.BatchSize < 1 || opts.BatchSize > gc.MaxBatchSize || opts.MinAge < 0 {
 		return nil, fmt.Errorf("--gc-batch-size must be 1..%d and --gc-min-age not negative", gc.MaxBatchSize)
 	}
-	c := newCollector(db, logger, gc.NewMetrics(srv.Registry))
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -14,6 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 // gcCLI runs the api binary's commands in-process against one test
@@ -61,14 +62,52 @@ func (c *gcCLI) count(query string) int {
 }
 
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed at the next write
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
+}
+
+// waitForLine waits, woken by each write (no polling), until a line of the
+// output contains every one of parts; it fails the test if the command
+// exits first (a value on exited) or nothing matches within a minute.
+func (s *syncBuffer) waitForLine(t *testing.T, exited <-chan int, parts ...string) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		s.mu.Lock()
+		out := s.b.String()
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		for _, line := range strings.Split(out, "\n") {
+			all := true
+			for _, p := range parts {
+				all = all && strings.Contains(line, p)
+			}
+			if all {
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case code := <-exited:
+			t.Fatalf("the command exited (%d) before logging %q:\n%s", code, parts, out)
+		case <-deadline:
+			t.Fatalf("no line with %q within a minute:\n%s", parts, out)
+		}
+	}
 }
 
 func (s *syncBuffer) String() string {
@@ -104,7 +143,7 @@ func TestGCCommand(t *testing.T) {
 	code, out, errOut = c.run(ctx, "gc", "--min-age", "30m", "--metrics-textfile", metrics)
 	r := decodeRun(t, out)
 	if code != 0 || r.Status != gc.StatusSucceeded || r.Trigger != gc.TriggerCLI || r.Deleted != 5 || r.MinAgeSeconds != 1800 ||
-		r.Cleaner == nil || *r.Cleaner != (gc.CleanerResult{}) || errOut != "" {
+		r.Cleaner == nil || *r.Cleaner != (repostate.CleanerResult{}) || errOut != "" {
 		t.Fatalf("gc: exit %d, %+v, stderr %q", code, r, errOut)
 	}
 	prom, err := os.ReadFile(metrics)
@@ -218,18 +257,19 @@ func TestServeRunsScheduledGC(t *testing.T) {
 	c.env["LISTEN_ADDR"] = "127.0.0.1:0"
 	c.env["GC_INTERVAL"] = "50ms"
 	c.env["GC_MIN_AGE"] = "1m"
+	c.env["LOG_LEVEL"] = "info"
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan int, 1)
+	var stderr syncBuffer
 	go func() {
-		code, _, _ := c.run(ctx, "serve")
-		done <- code
+		e := &env{stdout: &syncBuffer{}, stderr: &stderr, getenv: func(k string) string { return c.env[k] }}
+		done <- run(ctx, e, []string{"serve"})
 	}()
-	for i := 0; c.count(`SELECT count(*) FROM RepositoryLockOwner`) != 0; i++ {
-		if i > 3000 {
-			cancel()
-			t.Fatal("the serve loop never collected the orphans")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The collector's own report of the scheduled run that collected them.
+	stderr.waitForLine(t, done, `"msg":"gc: run finished"`, `"trigger":"schedule"`, `"deleted":3`)
+	if n := c.count(`SELECT count(*) FROM RepositoryLockOwner`); n != 0 {
+		t.Fatalf("%d locks left after the run that collected the orphans", n)
 	}
 	cancel()
 	if code := <-done; code != 0 {
@@ -258,12 +298,7 @@ func TestServeWithGCDisabled(t *testing.T) {
 		e := &env{stdout: &syncBuffer{}, stderr: &stderr, getenv: func(k string) string { return c.env[k] }}
 		done <- run(ctx, e, []string{"serve"})
 	}()
-	for i := 0; !strings.Contains(stderr.String(), `"msg":"listening"`); i++ {
-		if i > 3000 {
-			t.Fatalf("serve did not start: %s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	stderr.waitForLine(t, done, `"msg":"listening"`)
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("serve exited %d", code)

@@ -9,7 +9,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // runLocks is the operators' view of ownership locks.
@@ -53,7 +53,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", o.NormalizedURL, o.UserName, o.LockID, o.Applications, o.Credentials, o.CreatedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", o.NormalizedURL, o.TenantName, o.LockID, o.Applications, o.Credentials, o.CreatedAt.UTC().Format(time.RFC3339))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -62,7 +62,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			return &exitError{code: 1, err: fmt.Errorf("%d of %d URLs are free or invalid", failed, len(pos)-1)}
 		}
 	case "list":
-		u, err := users.GetByName(ctx, db, pos[1])
+		u, err := tenants.GetByName(ctx, db, pos[1])
 		if err != nil {
 			return err
 		}

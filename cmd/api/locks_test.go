@@ -8,14 +8,14 @@ import (
 
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 func TestLocksCommand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, url := dbtest.NewWithURL(t)
-	alice, _, err := users.Create(ctx, db, "alice", "")
+	alice, _, err := tenants.Create(ctx, db, "alice", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+
 	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/repolock/repolock"
 )
 
 // command is one subcommand. run gets the arguments after the command name
@@ -25,7 +28,7 @@ type command struct {
 var commands = map[string]command{
 	"serve":   {"run the HTTP API server", runServe},
 	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
-	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME | delete NAME", runUser},
+	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME | delete NAME", runTenant},
 	// Domain commands, one line each; their code lives in <command>.go.
 	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
 	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},
@@ -83,11 +86,11 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 2
 	case errors.As(err, &ee):
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintf(e.stderr, "api %s: %v\n", args[0], ee.err)
+			fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], repolock.WithoutOps(ee.err))
 		}
 		return ee.code
 	default:
-		fmt.Fprintf(e.stderr, "api %s: %v\n", args[0], err)
+		fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], repolock.WithoutOps(err))
 		return 1
 	}
 }

@@ -8,12 +8,12 @@ import (
 	"strings"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/reports"
 )
 
 func runReport(ctx context.Context, e *env, args []string) error {
 	var list strings.Builder
-	for _, r := range gc.Reports() {
+	for _, r := range reports.All() {
 		fmt.Fprintf(&list, "  %-13s %s\n", r.Name, r.Description)
 	}
 	fs := newFlagSet(e, "report", "NAME",
@@ -30,14 +30,14 @@ func runReport(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	f, err := gc.ParseFormat(*format, gc.FormatTable, gc.FormatCSV, gc.FormatJSON)
+	f, err := reports.ParseFormat(*format, reports.FormatTable, reports.FormatCSV, reports.FormatJSON)
 	if err != nil {
 		return &exitError{code: 2, err: errors.New(repolock.ErrorMessage(err))}
 	}
 	if *limit < 0 {
 		return &exitError{code: 2, err: errors.New("--limit must not be negative")}
 	}
-	if _, err := gc.LookupReport(pos[0]); err != nil {
+	if _, err := reports.Lookup(pos[0]); err != nil {
 		return &exitError{code: 2, err: errors.New(repolock.ErrorMessage(err))}
 	}
 	db, _, err := common.openReports(ctx)
@@ -45,7 +45,7 @@ func runReport(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer db.Close()
-	rows, err := gc.OpenReport(ctx, db, pos[0], *limit)
+	rows, err := reports.Open(ctx, db, pos[0], *limit)
 	if err != nil {
 		return err
 	}

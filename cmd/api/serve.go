@@ -8,7 +8,12 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/syncstate"
 )
 
 func runServe(ctx context.Context, e *env, args []string) error {
@@ -50,16 +55,29 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		logger.Warn("ADMIN_TOKEN is not set: generated a random admin token for this process only (development only; set ADMIN_TOKEN in production)",
 			"admin_token", *adminToken)
 	}
+	// Everything the server serves is built here, once, and handed over:
+	// the metrics registry, the one GC Collector (the scheduled loop below
+	// and POST /v1/admin/gc share it) and the stateful services.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	collector, err := newCollector(db, logger, reg)
+	if err != nil {
+		return err
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		DB:             db,
 		Logger:         logger,
 		AdminToken:     *adminToken,
 		RequestTimeout: *requestTimeout,
+		Registry:       reg,
+		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
+		Sync:           syncstate.New(db, syncstate.Options{Logger: logger}),
+		GC:             collector,
 	})
 	if err != nil {
 		return err
 	}
-	stopGC, err := gcLoop.start(ctx, db, srv, logger)
+	stopGC, err := gcLoop.start(ctx, collector, logger)
 	if err != nil {
 		return err
 	}

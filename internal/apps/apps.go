@@ -36,6 +36,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // Application is an Argo CD-style application: a path at a revision of a
@@ -143,13 +144,59 @@ func validID(id string) bool {
 }
 
 // applicationRefs is the Application kind of row.
-var applicationRefs = newRefs(refs{
+var applicationRefs = &refs{
 	noun: "application", what: "an application",
-	table: "applications", refTable: "RepositoryLockApplication", refCol: "application_id",
-	pageKind: locks.KindApplications,
+	sql: refsSQL{
+		get: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
+	WHERE a.id = $1 AND a.cluster_user_id = $2`,
+		locked: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
+	WHERE a.id = $1`,
+		list: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
+	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
+	ORDER BY a.created_at, a.id
+	LIMIT $4`,
+		create: `
+	WITH a AS (
+		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, $7::uuid FROM a
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
+		createWithNewLock: `
+	WITH ` + locks.NewLockCTE + `, a AS (
+		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
+		SELECT $3, $4, $5, lock.git_repository_url, $6, $7 FROM lock
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, lock.id FROM a, lock
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, lock.id::text AS lock_id FROM a, lock`,
+		update: `
+	UPDATE applications a
+	SET name = $3, repo_url = $4, normalized_url = $5, path = $6, target_revision = $7, updated_at = now()
+	WHERE a.id = $1 AND a.cluster_user_id = $2
+	RETURNING a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $8::text AS lock_id`,
+		lockRow: `SELECT id FROM applications WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`,
+		setRef: `
+	INSERT INTO RepositoryLockApplication (application_id, lock_id) VALUES ($1, $2)
+	ON CONFLICT (application_id) DO UPDATE SET lock_id = EXCLUDED.lock_id`,
+		delete: `
+	WITH ref AS (DELETE FROM RepositoryLockApplication WHERE application_id = $1 RETURNING lock_id),
+	gone AS (DELETE FROM applications WHERE id = $1)
+	SELECT lock_id FROM ref`,
+	},
+	pageKind: pagetoken.KindApplications,
 	repoURL:  repoURL,
 	extra:    [2]column{{"path", validatePath}, {"target_revision", validateRevision}},
-})
+}
 
 func (a Application) fields() fields {
 	return fields{
@@ -167,19 +214,22 @@ func (a Application) fields() fields {
 // statement. Otherwise (the tenant already owns the URL, another tenant does,
 // or the fast path lost a race) one transaction acquires the lock with
 // locks.AcquireRepositoryCredentialURL and writes the row and its reference.
-func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (Application, error) {
+func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (_ Application, err error) {
+	defer repolock.WrapOp(&err, "apps.CreateApplication")
 	return createReferenced[Application](ctx, db, applicationRefs, tenantID,
 		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Path, &in.TargetRevision}})
 }
 
 // GetApplication returns the tenant's application id.
-func GetApplication(ctx context.Context, q database.Querier, tenantID, id string) (Application, error) {
+func GetApplication(ctx context.Context, q database.Querier, tenantID, id string) (_ Application, err error) {
+	defer repolock.WrapOp(&err, "apps.GetApplication")
 	return getReferenced[Application](ctx, q, applicationRefs, tenantID, id)
 }
 
 // ListApplications returns one page of the tenant's applications in creation
 // order and the token of the next page ("" after the last).
-func ListApplications(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]Application, string, error) {
+func ListApplications(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Application, _ string, err error) {
+	defer repolock.WrapOp(&err, "apps.ListApplications")
 	return listReferenced[Application](ctx, q, applicationRefs, tenantID, pageSize, pageToken)
 }
 
@@ -188,13 +238,15 @@ func ListApplications(ctx context.Context, q database.Querier, tenantID string, 
 // on it (acquiring it, or failing with repository_claimed) and releases the
 // old lock if nothing else references it. A patch that changes nothing
 // returns the application unchanged.
-func UpdateApplication(ctx context.Context, db *database.DB, tenantID, id string, p ApplicationPatch) (Application, error) {
+func UpdateApplication(ctx context.Context, db *database.DB, tenantID, id string, p ApplicationPatch) (_ Application, err error) {
+	defer repolock.WrapOp(&err, "apps.UpdateApplication")
 	return updateReferenced[Application](ctx, db, applicationRefs, tenantID, id,
 		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Path, p.TargetRevision}})
 }
 
 // DeleteApplication deletes the tenant's application id and releases its
 // lock if it was the last reference, in one transaction.
-func DeleteApplication(ctx context.Context, db *database.DB, tenantID, id string) error {
+func DeleteApplication(ctx context.Context, db *database.DB, tenantID, id string) (err error) {
+	defer repolock.WrapOp(&err, "apps.DeleteApplication")
 	return deleteReferencing(ctx, db, applicationRefs, tenantID, id)
 }

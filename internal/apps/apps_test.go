@@ -22,7 +22,7 @@ func TestReferenceCounting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	const key = "github.com/acme/platform"
 
 	a1, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "a1", RepoURL: "https://github.com/acme/platform"})
@@ -85,7 +85,7 @@ func TestCreateApplicationValidation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name string
 		in   apps.NewApplication
@@ -121,8 +121,8 @@ func TestDuplicateNameWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	if _, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/a/one"}); err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +156,8 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	if _, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/acme/web"}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 		t.Fatalf("bob's rows: %d %v", n, err)
 	}
 	evs := lockEvents(t, db, "github.com/acme/web")
-	if len(evs) != 3 || evs[1].Event != "denied" || evs[2].Event != "denied" || evs[1].UserName.String != "bob" || evs[1].OwnerName.String != "alice" {
+	if len(evs) != 3 || evs[1].Event != "denied" || evs[2].Event != "denied" || evs[1].TenantName.String != "bob" || evs[1].OwnerName.String != "alice" {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -197,7 +197,7 @@ func TestUserInfoStripped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct{ in, want string }{
 		{"https://x-access-token:ghp_SECRET1@github.com/acme/a.git", "https://github.com/acme/a.git"},
 		{"https://ghp_SECRET2@github.com/acme/b", "https://github.com/acme/b"},
@@ -226,7 +226,7 @@ func TestCredentialSecrets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name string
 		in   apps.NewRepositoryCredential
@@ -269,8 +269,8 @@ func TestUpdateApplication(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	create := func(name, url string) apps.Application {
 		t.Helper()
 		a, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: name, RepoURL: url})
@@ -369,7 +369,7 @@ func TestUpdateRepositoryCredential(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	c, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/acme/one", Username: "u", SecretRef: "vault://one"})
 	if err != nil {
 		t.Fatal(err)
@@ -390,8 +390,8 @@ func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	app, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "a", RepoURL: "https://github.com/alice/a"})
 	if err != nil {
 		t.Fatal(err)
@@ -445,7 +445,7 @@ func TestListPagination(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	var appIDs, credIDs []string
 	for i := 0; i < 11; i++ {
 		a, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%02d", i), RepoURL: fmt.Sprintf("https://github.com/p/r%d", i%3)})
@@ -505,8 +505,8 @@ func TestDeleteTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	for i := 0; i < 3; i++ {
 		if _, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%d", i), RepoURL: fmt.Sprintf("https://github.com/alice/r%d", i%2)}); err != nil {
 			t.Fatal(err)
@@ -516,7 +516,7 @@ func TestDeleteTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A bare lock without references is released too.
-	if _, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/alice/bare"); err != nil {
+	if _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/alice/bare"); err != nil {
 		t.Fatal(err)
 	}
 	bobApp, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "b", RepoURL: "https://github.com/bob/b"})
@@ -528,7 +528,7 @@ func TestDeleteTenant(t *testing.T) {
 	}
 
 	d, err := apps.DeleteTenant(ctx, db, "alice")
-	want := apps.TenantDeletion{User: "alice", Applications: 3, RepositoryCredentials: 1, LocksReleased: 4}
+	want := apps.TenantDeletion{Tenant: "alice", Applications: 3, RepositoryCredentials: 1, LocksReleased: 4}
 	if err != nil || d != want {
 		t.Fatalf("delete: %+v %v, want %+v", d, err, want)
 	}
@@ -544,7 +544,7 @@ func TestDeleteTenant(t *testing.T) {
 	for _, key := range []string{"github.com/alice/r0", "github.com/alice/r1", "github.com/alice/r2", "github.com/alice/bare"} {
 		evs := lockEvents(t, db, key)
 		last := evs[len(evs)-1]
-		if last.Event != "released" || last.UserName.String != "alice" {
+		if last.Event != "released" || last.TenantName.String != "alice" {
 			t.Fatalf("%s: events %+v", key, evs)
 		}
 		checkLifecycle(t, evs)

@@ -16,13 +16,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // Benchmark workload. Every phase runs a fixed number of operations on fresh
@@ -231,12 +236,18 @@ func BenchmarkLocks(b *testing.B) {
 	db.SetMaxOpenConns(benchWorkers)
 	db.SetMaxIdleConns(benchWorkers)
 
-	owner, ownerToken, err := users.Create(ctx, db, "bench-owner", "")
+	owner, ownerToken, err := tenants.Create(ctx, db, "bench-owner", "")
 	if err != nil {
 		b.Fatal(err)
 	}
 	serverErrors := &errorLog{Handler: slog.NewJSONHandler(io.Discard, nil), seen: map[string]int{}}
-	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: slog.New(serverErrors), AdminToken: "rla_bench_admin"})
+	serverLog := slog.New(serverErrors)
+	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: serverLog, AdminToken: "rla_bench_admin",
+		Registry:     prometheus.NewRegistry(),
+		Repositories: repostate.NewPostgres(db, repostate.Config{Logger: serverLog}),
+		Sync:         syncstate.New(db, syncstate.Options{Logger: serverLog}),
+		GC:           gc.New(db, gc.Config{Logger: serverLog}),
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -285,7 +296,8 @@ func BenchmarkLocks(b *testing.B) {
 			return err
 		}},
 		{"c  locks.AcquireRepositoryCredentialURL", benchOps, func(ctx context.Context, _, i int) error {
-			_, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, owner.ID, fmt.Sprintf("c.example.com/o/r%d", i))
+			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, owner.ID, fmt.Sprintf("c.example.com/o/r%d", i))
+			ok := acq.Acquired
 			if err == nil && !ok {
 				err = fmt.Errorf("not acquired")
 			}
@@ -325,7 +337,7 @@ func BenchmarkLocks(b *testing.B) {
 	// in random spellings; most requests are refused with 409.
 	tokens := make([]string, benchTenants)
 	for i := range tokens {
-		if _, tokens[i], err = users.Create(ctx, db, fmt.Sprintf("bench-tenant-%d", i), ""); err != nil {
+		if _, tokens[i], err = tenants.Create(ctx, db, fmt.Sprintf("bench-tenant-%d", i), ""); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // RepositoryCredential says how to authenticate to a Git repository. It never
@@ -134,13 +135,59 @@ func credentialRepoURL(raw string) (normalize.Key, string, error) {
 }
 
 // credentialRefs is the Repository Credential kind of row.
-var credentialRefs = newRefs(refs{
+var credentialRefs = &refs{
 	noun: "repository credential", what: "a repository credential",
-	table: "repository_credentials", refTable: "RepositoryLockRepositoryCredential", refCol: "repository_credential_id",
-	pageKind: locks.KindRepositoryCredentials,
+	sql: refsSQL{
+		get: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
+	WHERE a.id = $1 AND a.cluster_user_id = $2`,
+		locked: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
+	WHERE a.id = $1`,
+		list: `
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
+	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
+	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
+	ORDER BY a.created_at, a.id
+	LIMIT $4`,
+		create: `
+	WITH a AS (
+		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, $7::uuid FROM a
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
+		createWithNewLock: `
+	WITH ` + locks.NewLockCTE + `, a AS (
+		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+		SELECT $3, $4, $5, lock.git_repository_url, $6, $7 FROM lock
+		RETURNING *
+	), ref AS (
+		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, lock.id FROM a, lock
+	)
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, lock.id::text AS lock_id FROM a, lock`,
+		update: `
+	UPDATE repository_credentials a
+	SET name = $3, repo_url = $4, normalized_url = $5, username = $6, secret_ref = $7, updated_at = now()
+	WHERE a.id = $1 AND a.cluster_user_id = $2
+	RETURNING a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $8::text AS lock_id`,
+		lockRow: `SELECT id FROM repository_credentials WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`,
+		setRef: `
+	INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) VALUES ($1, $2)
+	ON CONFLICT (repository_credential_id) DO UPDATE SET lock_id = EXCLUDED.lock_id`,
+		delete: `
+	WITH ref AS (DELETE FROM RepositoryLockRepositoryCredential WHERE repository_credential_id = $1 RETURNING lock_id),
+	gone AS (DELETE FROM repository_credentials WHERE id = $1)
+	SELECT lock_id FROM ref`,
+	},
+	pageKind: pagetoken.KindRepositoryCredentials,
 	repoURL:  credentialRepoURL,
 	extra:    [2]column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
-})
+}
 
 func (c RepositoryCredential) fields() fields {
 	return fields{
@@ -154,31 +201,36 @@ func (c RepositoryCredential) fields() fields {
 // CreateRepositoryCredential creates a credential of the tenant and
 // references the tenant's lock on its repository, acquiring it if needed,
 // with the same fast path as CreateApplication.
-func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (RepositoryCredential, error) {
+func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (_ RepositoryCredential, err error) {
+	defer repolock.WrapOp(&err, "apps.CreateRepositoryCredential")
 	return createReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID,
 		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Username, &in.SecretRef}})
 }
 
 // GetRepositoryCredential returns the tenant's credential id.
-func GetRepositoryCredential(ctx context.Context, q database.Querier, tenantID, id string) (RepositoryCredential, error) {
+func GetRepositoryCredential(ctx context.Context, q database.Querier, tenantID, id string) (_ RepositoryCredential, err error) {
+	defer repolock.WrapOp(&err, "apps.GetRepositoryCredential")
 	return getReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, id)
 }
 
 // ListRepositoryCredentials returns one page of the tenant's credentials in
 // creation order and the token of the next page ("" after the last).
-func ListRepositoryCredentials(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]RepositoryCredential, string, error) {
+func ListRepositoryCredentials(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []RepositoryCredential, _ string, err error) {
+	defer repolock.WrapOp(&err, "apps.ListRepositoryCredentials")
 	return listReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, pageSize, pageToken)
 }
 
 // UpdateRepositoryCredential changes the fields of the patch that are not
 // nil, moving the credential's lock as UpdateApplication does.
-func UpdateRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string, p RepositoryCredentialPatch) (RepositoryCredential, error) {
+func UpdateRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string, p RepositoryCredentialPatch) (_ RepositoryCredential, err error) {
+	defer repolock.WrapOp(&err, "apps.UpdateRepositoryCredential")
 	return updateReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID, id,
 		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Username, p.SecretRef}})
 }
 
 // DeleteRepositoryCredential deletes the tenant's credential id and releases
 // its lock if it was the last reference, in one transaction.
-func DeleteRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string) error {
+func DeleteRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string) (err error) {
+	defer repolock.WrapOp(&err, "apps.DeleteRepositoryCredential")
 	return deleteReferencing(ctx, db, credentialRefs, tenantID, id)
 }

@@ -8,17 +8,7 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/users"
 )
-
-func newTenant(t testing.TB, db *database.DB, name string) users.User {
-	t.Helper()
-	u, _, err := users.Create(context.Background(), db, name, "")
-	if err != nil {
-		t.Fatalf("create tenant %s: %v", name, err)
-	}
-	return u
-}
 
 // spellings are five ways of writing repository i of org, all with the same
 // key github.com/<org>/repo-<i>.
@@ -108,10 +98,10 @@ func checkInvariants(t testing.TB, q database.Querier) {
 }
 
 type lockEvent struct {
-	Event     string         `db:"event"`
-	LockID    sql.NullString `db:"lock_id"`
-	UserName  sql.NullString `db:"cluster_user_name"`
-	OwnerName sql.NullString `db:"owner_user_name"`
+	Event      string         `db:"event"`
+	LockID     sql.NullString `db:"lock_id"`
+	TenantName sql.NullString `db:"cluster_user_name"`
+	OwnerName  sql.NullString `db:"owner_user_name"`
 }
 
 func lockEvents(t testing.TB, q database.Querier, key string) []lockEvent {
@@ -144,7 +134,7 @@ func checkLifecycle(t testing.TB, evs []lockEvent) {
 		switch e.Event {
 		case "acquired":
 			if current != "" {
-				t.Fatalf("event %d: %s acquired lock %s while lock %s was held", i, e.UserName.String, e.LockID.String, current)
+				t.Fatalf("event %d: %s acquired lock %s while lock %s was held", i, e.TenantName.String, e.LockID.String, current)
 			}
 			current = e.LockID.String
 		case "released":
@@ -153,8 +143,8 @@ func checkLifecycle(t testing.TB, evs []lockEvent) {
 			}
 			current = ""
 		case "denied":
-			if e.OwnerName.String == e.UserName.String {
-				t.Fatalf("event %d: %s denied its own lock", i, e.UserName.String)
+			if e.OwnerName.String == e.TenantName.String {
+				t.Fatalf("event %d: %s denied its own lock", i, e.TenantName.String)
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // 10 tenants x 20 goroutines create applications for the same 200
@@ -24,26 +24,26 @@ func TestCreateRace(t *testing.T) {
 	ctx := context.Background()
 	db := newRaceDB(t)
 	const (
-		tenants      = 10
+		nTenants     = 10
 		perTenant    = 20
 		repos        = 200
 		perGoroutine = 20 // 4,000 creates, ~20 per repository
 	)
-	us := make([]users.User, tenants)
+	us := make([]tenants.Tenant, nTenants)
 	for i := range us {
-		us[i] = newTenant(t, db, fmt.Sprintf("tenant-%d", i))
+		us[i] = dbtest.NewTenant(t, db, fmt.Sprintf("tenant-%d", i))
 	}
 	type outcome struct {
 		tenant, key string
 		app         apps.Application
 		err         error
 	}
-	outcomes := make(chan outcome, tenants*perTenant*perGoroutine)
+	outcomes := make(chan outcome, nTenants*perTenant*perGoroutine)
 	var wg sync.WaitGroup
 	for ti, u := range us {
 		for g := 0; g < perTenant; g++ {
 			wg.Add(1)
-			go func(u users.User, seed uint64, g int) {
+			go func(u tenants.Tenant, seed uint64, g int) {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(seed, 7))
 				for j := 0; j < perGoroutine; j++ {
@@ -99,7 +99,7 @@ func TestCreateRace(t *testing.T) {
 	if err := db.GetContext(ctx, &appsN, `SELECT count(*) FROM applications`); err != nil {
 		t.Fatal(err)
 	}
-	if locksN != len(owners) || appsN != created || created+claimed != tenants*perTenant*perGoroutine {
+	if locksN != len(owners) || appsN != created || created+claimed != nTenants*perTenant*perGoroutine {
 		t.Fatalf("%d locks for %d repositories; %d applications, %d created, %d claimed", locksN, len(owners), appsN, created, claimed)
 	}
 	checkInvariants(t, db)
@@ -123,7 +123,7 @@ type churnResult struct {
 // churn has one tenant create an application on the repository (in a
 // random spelling) and delete it again, n times. claimedBy is the only
 // tenant whose claim it accepts as a refusal ("" accepts none).
-func churn(t *testing.T, db *database.DB, u users.User, g, n int, claimedBy string, res *churnResult) {
+func churn(t *testing.T, db *database.DB, u tenants.Tenant, g, n int, claimedBy string, res *churnResult) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(uint64(g), 11))
 	for j := 0; j < n; j++ {
@@ -158,7 +158,7 @@ func TestChurn(t *testing.T) {
 	t.Run("owner alone", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
-		alice := newTenant(t, db, "alice")
+		alice := dbtest.NewTenant(t, db, "alice")
 		var res churnResult
 		var wg sync.WaitGroup
 		for g := 0; g < churners; g++ {
@@ -187,8 +187,8 @@ func TestChurn(t *testing.T) {
 	t.Run("anchored", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
-		alice := newTenant(t, db, "alice")
-		bob := newTenant(t, db, "bob")
+		alice := dbtest.NewTenant(t, db, "alice")
+		bob := dbtest.NewTenant(t, db, "bob")
 		anchor, err := apps.CreateApplication(context.Background(), db, alice.ID, apps.NewApplication{Name: "anchor", RepoURL: "https://github.com/churn/repo-0"})
 		if err != nil {
 			t.Fatal(err)
@@ -242,8 +242,8 @@ func TestChurn(t *testing.T) {
 	t.Run("contested", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
-		alice := newTenant(t, db, "alice")
-		bob := newTenant(t, db, "bob")
+		alice := dbtest.NewTenant(t, db, "alice")
+		bob := dbtest.NewTenant(t, db, "bob")
 		var res churnResult
 		var wg sync.WaitGroup
 		for g := 0; g < churners; g++ {
@@ -296,7 +296,7 @@ func TestUpdateDeleteRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newRaceDB(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	const n = 40
 	ids := make([]string, n)
 	for i := range ids {

@@ -9,98 +9,61 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // refs describes one kind of row that references a lock (applicationRefs,
-// credentialRefs): its table, its reference table and the reference's
-// column, how its fields are checked, and the SQL that newRefs assembles,
-// once and only from these constants, for the functions below. The two kinds
-// differ only in their nouns, their tables, their repo_url check and their
-// own two columns (extra).
+// credentialRefs): its nouns, how its fields are checked, and its SQL. The
+// generic create/get/list/update/delete flow below is shared; each kind
+// writes its own statements out literally (apps.go, credentials.go), with
+// the same parameters in the same order.
 type refs struct {
 	noun     string // in not_found messages: "application"
 	what     string // in already_exists messages: "an application"
-	table    string
-	refTable string
-	refCol   string
-	pageKind string // the locks.Kind of the kind's page tokens
+	pageKind string // the page-token kind of the kind's lists
 	// repoURL checks a repo_url and returns its key and the URL to store.
 	repoURL func(raw string) (normalize.Key, string, error)
 	// extra are the kind's own text columns, in the order they are checked
 	// and stored (after normalized_url).
 	extra [2]column
+	sql   refsSQL
+}
 
-	// Set by newRefs.
-	getSQL, lockedSQL, listSQL, createSQL, createWithNewLockSQL, updateSQL string
+// refsSQL are a kind's statements. Every one that returns rows returns the
+// kind's columns and its lock_id (text, "" without a reference).
+type refsSQL struct {
+	// get: $1 id, $2 tenant. locked: $1 id (the caller holds the row lock).
+	get, locked string
+	// list: $1 tenant, $2 and $3 the cursor (created_at, id), $4 limit.
+	list string
+	// create writes the row and its reference in one statement, in the
+	// transaction that acquired the lock: $1 tenant, $2 name, $3 repo_url,
+	// $4 normalized_url, $5 and $6 the extra columns, $7 the lock.
+	create string
+	// createWithNewLock is the fast path of a create: when nobody holds the
+	// URL, one statement (so one implicit transaction and one round trip)
+	// creates the lock and its event (locks.NewLockCTE: $1 key, $2
+	// normalizer version, $3 tenant), the row ($4 name, $5 repo_url, $6 and
+	// $7 the extra columns) and the reference. It returns no row, and
+	// writes nothing, when the URL is taken.
+	createWithNewLock string
+	// update writes every column an update can change: $1 id, $2 tenant,
+	// $3 name, $4 repo_url, $5 normalized_url, $6 and $7 the extra columns,
+	// $8 the lock the row references afterwards.
+	update string
+	// lockRow takes the row lock: $1 id, $2 tenant.
+	lockRow string
+	// setRef points row $1's reference at lock $2, creating it if missing.
+	setRef string
+	// delete deletes row $1 and its reference, returning the lock ids the
+	// reference held.
+	delete string
 }
 
 // column is one of a kind's own columns and its check.
 type column struct {
 	name     string
 	validate func(string) error
-}
-
-// The SQL of both kinds. newRefs replaces {table}, {refTable}, {refCol},
-// {x0} and {x1} (the extra columns) and {columns} (columnsSQL).
-const (
-	columnsSQL = `a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.{x0}, a.{x1}, a.created_at, a.updated_at`
-
-	selectSQL = `
-SELECT {columns}, coalesce(r.lock_id::text, '') AS lock_id
-FROM {table} a LEFT JOIN {refTable} r ON r.{refCol} = a.id`
-
-	// createSQL writes the row and its reference in one statement, in the
-	// transaction that acquired the lock $7.
-	createSQL = `
-WITH a AS (
-	INSERT INTO {table} (cluster_user_id, name, repo_url, normalized_url, {x0}, {x1})
-	VALUES ($1, $2, $3, $4, $5, $6)
-	RETURNING *
-), ref AS (
-	INSERT INTO {refTable} ({refCol}, lock_id) SELECT a.id, $7::uuid FROM a
-)
-SELECT {columns}, $7::uuid::text AS lock_id FROM a`
-
-	// createWithNewLockSQL is the fast path of a create: when nobody holds
-	// the URL, one statement (so one implicit transaction and one round trip)
-	// creates the lock, its event, the row and the reference. It returns no
-	// row, and writes nothing, when the URL is taken.
-	createWithNewLockSQL = `
-WITH ` + locks.NewLockCTE + `, a AS (
-	INSERT INTO {table} (cluster_user_id, name, repo_url, normalized_url, {x0}, {x1})
-	SELECT $3, $4, $5, $1, $6, $7 FROM lock
-	RETURNING *
-), ref AS (
-	INSERT INTO {refTable} ({refCol}, lock_id) SELECT a.id, lock.id FROM a, lock
-)
-SELECT {columns}, lock.id::text AS lock_id FROM a, lock`
-
-	// updateSQL writes every column an update can change; $8 is the lock the
-	// row references afterwards.
-	updateSQL = `
-UPDATE {table} a
-SET name = $3, repo_url = $4, normalized_url = $5, {x0} = $6, {x1} = $7, updated_at = now()
-WHERE a.id = $1 AND a.cluster_user_id = $2
-RETURNING {columns}, $8::text AS lock_id`
-)
-
-// newRefs returns k with its SQL.
-func newRefs(k refs) *refs {
-	x0, x1 := k.extra[0].name, k.extra[1].name
-	columns := strings.NewReplacer("{x0}", x0, "{x1}", x1).Replace(columnsSQL)
-	r := strings.NewReplacer("{table}", k.table, "{refTable}", k.refTable, "{refCol}", k.refCol,
-		"{x0}", x0, "{x1}", x1, "{columns}", columns)
-	sel := r.Replace(selectSQL)
-	k.getSQL = sel + ` WHERE a.id = $1 AND a.cluster_user_id = $2`
-	k.lockedSQL = sel + ` WHERE a.id = $1`
-	k.listSQL = sel + `
-	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
-	ORDER BY a.created_at, a.id
-	LIMIT $4`
-	k.createSQL = r.Replace(createSQL)
-	k.createWithNewLockSQL = r.Replace(createWithNewLockSQL)
-	k.updateSQL = r.Replace(updateSQL)
-	return &k
 }
 
 func (k *refs) notFound(id string) error {
@@ -156,14 +119,11 @@ func (k *refs) validate(c change) (key normalize.Key, stored string, err error) 
 // acquire acquires key for the tenant in tx. claimedBy is the owner's name
 // when another tenant holds it.
 func acquire(ctx context.Context, tx database.Tx, tenantID string, key normalize.Key) (lockID, claimedBy string, err error) {
-	lockID, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
 	if err != nil {
 		return "", "", err
 	}
-	if !ok {
-		return "", owner, nil
-	}
-	return lockID, "", nil
+	return acq.LockID, acq.Owner, nil
 }
 
 // mapWriteError maps the errors of writing a row; what is "an application"
@@ -193,7 +153,7 @@ func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 		return zero, err
 	}
 	name, x0, x1 := *c.name, *c.extra[0], *c.extra[1]
-	err = db.GetPrepared(ctx, &r, k.createWithNewLockSQL, string(key), normalize.Version, tenantID, name, stored, x0, x1)
+	err = db.GetPrepared(ctx, &r, k.sql.createWithNewLock, string(key), normalize.Version, tenantID, name, stored, x0, x1)
 	if err == nil {
 		return r, nil
 	}
@@ -209,7 +169,7 @@ func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 		if claimedBy = owner; claimedBy != "" {
 			return nil // commit the denial event; nothing else was written
 		}
-		err = tx.GetContext(ctx, &r, k.createSQL, tenantID, name, stored, string(key), x0, x1, lockID)
+		err = tx.GetContext(ctx, &r, k.sql.create, tenantID, name, stored, string(key), x0, x1, lockID)
 		return mapWriteError(err, k.what, name)
 	})
 	if err != nil {
@@ -227,7 +187,7 @@ func getReferenced[T row](ctx context.Context, q database.Querier, k *refs, tena
 	if !validID(id) {
 		return r, k.notFound(id)
 	}
-	err := q.GetContext(ctx, &r, k.getSQL, id, tenantID)
+	err := q.GetContext(ctx, &r, k.sql.get, id, tenantID)
 	if database.IsNoRows(err) {
 		var zero T
 		return zero, k.notFound(id)
@@ -238,12 +198,12 @@ func getReferenced[T row](ctx context.Context, q database.Querier, k *refs, tena
 // listReferenced returns one page of the tenant's rows of kind k in creation
 // order and the token of the next page ("" after the last).
 func listReferenced[T row](ctx context.Context, q database.Querier, k *refs, tenantID string, pageSize int, pageToken string) ([]T, string, error) {
-	after, err := locks.DecodePageToken(k.pageKind, pageToken)
+	after, err := pagetoken.DecodeTimeID(k.pageKind, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
 	}
 	out := []T{}
-	err = q.SelectContext(ctx, &out, k.listSQL, tenantID, after.CreatedAt, after.ID, pageSize+1)
+	err = q.SelectContext(ctx, &out, k.sql.list, tenantID, after.CreatedAt, after.ID, pageSize+1)
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
@@ -251,7 +211,7 @@ func listReferenced[T row](ctx context.Context, q database.Querier, k *refs, ten
 	if len(out) > pageSize {
 		out = out[:pageSize]
 		last := out[len(out)-1].fields()
-		next = locks.EncodePageToken(k.pageKind, locks.Cursor{CreatedAt: last.createdAt, ID: last.id})
+		next = pagetoken.Encode(k.pageKind, tenantID, pagetoken.TimeID{CreatedAt: last.createdAt, ID: last.id})
 	}
 	return out, next, nil
 }
@@ -284,7 +244,7 @@ func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 			return err
 		}
 		var cur T
-		if err := tx.GetContext(ctx, &cur, k.lockedSQL, id); err != nil {
+		if err := tx.GetContext(ctx, &cur, k.sql.locked, id); err != nil {
 			return database.MapError(err)
 		}
 		was := cur.fields()
@@ -310,7 +270,7 @@ func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 			}
 			next.lockID = lockID
 		}
-		err := tx.GetContext(ctx, &r, k.updateSQL,
+		err := tx.GetContext(ctx, &r, k.sql.update,
 			id, tenantID, next.name, next.repoURL, next.normalizedURL, next.extra[0], next.extra[1], next.lockID)
 		if err != nil {
 			return mapWriteError(err, k.what, next.name)
@@ -338,7 +298,7 @@ func setIf(dst *string, v *string) {
 // lockRow takes the row lock of the tenant's row id, or answers not found.
 func lockRow(ctx context.Context, tx database.Tx, k *refs, tenantID, id string) error {
 	var got string
-	err := tx.GetContext(ctx, &got, `SELECT id FROM `+k.table+` WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`, id, tenantID)
+	err := tx.GetContext(ctx, &got, k.sql.lockRow, id, tenantID)
 	if database.IsNoRows(err) {
 		return k.notFound(id)
 	}
@@ -349,9 +309,7 @@ func lockRow(ctx context.Context, tx database.Tx, k *refs, tenantID, id string) 
 // reference if it was missing) and releases oldLock if nothing else uses it.
 // The caller holds the row lock and FOR KEY SHARE on newLock (from Acquire).
 func moveReference(ctx context.Context, tx database.Tx, k *refs, id, oldLock, newLock string) error {
-	_, err := tx.ExecContext(ctx, `
-		INSERT INTO `+k.refTable+` (`+k.refCol+`, lock_id) VALUES ($1, $2)
-		ON CONFLICT (`+k.refCol+`) DO UPDATE SET lock_id = EXCLUDED.lock_id`, id, newLock)
+	_, err := tx.ExecContext(ctx, k.sql.setRef, id, newLock)
 	if err != nil {
 		return database.MapError(err)
 	}
@@ -375,10 +333,7 @@ func deleteReferencing(ctx context.Context, db *database.DB, k *refs, tenantID, 
 			return err
 		}
 		var lockIDs []string
-		err := tx.SelectContext(ctx, &lockIDs, `
-			WITH ref AS (DELETE FROM `+k.refTable+` WHERE `+k.refCol+` = $1 RETURNING lock_id),
-			gone AS (DELETE FROM `+k.table+` WHERE id = $1)
-			SELECT lock_id FROM ref`, id)
+		err := tx.SelectContext(ctx, &lockIDs, k.sql.delete, id)
 		if err != nil {
 			return database.MapError(err)
 		}

@@ -5,11 +5,12 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
 )
 
 // TenantDeletion is what deleting a tenant removed.
 type TenantDeletion struct {
-	User                  string `json:"user"`
+	Tenant                string `json:"user"`
 	Applications          int64  `json:"applications"`
 	RepositoryCredentials int64  `json:"repository_credentials"`
 	LocksReleased         int64  `json:"locks_released"`
@@ -23,10 +24,11 @@ type TenantDeletion struct {
 // are already writing finish before (their rows are then deleted too), and
 // later ones fail when their foreign key finds the tenant gone. Other
 // tenants waiting for one of its URLs get it as soon as this commits.
-func DeleteTenant(ctx context.Context, db *database.DB, name string) (TenantDeletion, error) {
+func DeleteTenant(ctx context.Context, db *database.DB, name string) (_ TenantDeletion, err error) {
+	defer repolock.WrapOp(&err, "apps.DeleteTenant")
 	var d TenantDeletion
-	err := db.WithTx(ctx, func(tx database.Tx) error {
-		d = TenantDeletion{User: name}
+	err = db.WithTx(ctx, func(tx database.Tx) error {
+		d = TenantDeletion{Tenant: name}
 		var id string
 		err := tx.GetContext(ctx, &id, `SELECT id FROM cluster_users WHERE name = $1 FOR UPDATE`, name)
 		if database.IsNoRows(err) {
@@ -50,16 +52,7 @@ func DeleteTenant(ctx context.Context, db *database.DB, name string) (TenantDele
 		if d.RepositoryCredentials, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		err = tx.GetContext(ctx, &d.LocksReleased, `
-			WITH gone AS (
-				DELETE FROM RepositoryLockOwner WHERE cluster_user_id = $1
-				RETURNING id, git_repository_url
-			), event AS (
-				INSERT INTO repository_lock_events
-					(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-				SELECT 'released', gone.id, gone.git_repository_url, $1, $2, $1, $2 FROM gone
-			)
-			SELECT count(*) FROM gone`, id, name)
+		d.LocksReleased, err = locks.ReleaseAllForTenant(ctx, tx, id, name)
 		if err != nil {
 			return err
 		}

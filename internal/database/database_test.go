@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
@@ -221,7 +222,7 @@ func TestMapErrorRealPostgresErrors(t *testing.T) {
 		})
 	}
 	for _, code := range []string{"53300", "57P01", "57P03", "08006"} {
-		if got := repolock.ErrorCode(database.MapError(&pq.Error{Code: pq.ErrorCode(code)})); got != repolock.EUnavailable {
+		if got := repolock.ErrorCode(database.MapError(&pq.Error{Code: pqerror.Code(code)})); got != repolock.EUnavailable {
 			t.Errorf("%s maps to %q, want unavailable", code, got)
 		}
 	}

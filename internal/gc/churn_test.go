@@ -39,7 +39,7 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 	)
 	tenantIDs := make([]string, tenants)
 	for i := range tenantIDs {
-		tenantIDs[i] = createTenant(t, db, fmt.Sprintf("tenant-%d", i))
+		tenantIDs[i] = dbtest.NewTenant(t, db, fmt.Sprintf("tenant-%d", i)).ID
 	}
 	rawURL := func(tenant, n int) string {
 		return fmt.Sprintf("https://git.example.com/org-%d/repo-%d.git", tenant, n)
@@ -149,7 +149,8 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 						continue
 					}
 					err = db.WithTx(ctx, func(tx database.Tx) error {
-						_, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+						acq, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+						ok, owner := acq.Acquired, acq.Owner
 						if err == nil && !ok {
 							err = fmt.Errorf("claimed by %s", owner)
 						}

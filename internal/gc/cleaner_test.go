@@ -11,6 +11,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 // tableCleaner is a small real Cleaner: it deletes the rows of a table of
@@ -23,8 +24,8 @@ func tableCleaner(t *testing.T, db *database.DB, names ...string) gc.Cleaner {
 	for i, n := range names {
 		mustExec(t, db, `INSERT INTO deleted_instances VALUES ($1, $2)`, n, i+1)
 	}
-	return gc.CleanerFunc(func(ctx context.Context) (gc.CleanerResult, error) {
-		var res gc.CleanerResult
+	return cleanerFunc(func(ctx context.Context) (repostate.CleanerResult, error) {
+		var res repostate.CleanerResult
 		var all []string
 		if err := db.SelectContext(ctx, &all, `SELECT name FROM deleted_instances ORDER BY name`); err != nil {
 			return res, err
@@ -56,13 +57,13 @@ func TestCollectRunsTheCleaner(t *testing.T) {
 		instances   []string
 		dryRun      bool
 		wantErr     bool
-		wantCleaner *gc.CleanerResult
+		wantCleaner *repostate.CleanerResult
 		wantLeft    []string
 	}{
 		{
 			name:        "cleans after the lock GC",
 			instances:   []string{"r1", "r2", "stuck"},
-			wantCleaner: &gc.CleanerResult{Scanned: 3, Cleaned: 2, Failed: 1, RowsDeleted: 1 + 2},
+			wantCleaner: &repostate.CleanerResult{Scanned: 3, Cleaned: 2, Failed: 1, RowsDeleted: 1 + 2},
 			wantLeft:    []string{"stuck"},
 		},
 		{
@@ -75,7 +76,7 @@ func TestCollectRunsTheCleaner(t *testing.T) {
 			name:        "a cleaner failure fails the run, lock GC figures kept",
 			instances:   []string{"a", "boom"},
 			wantErr:     true,
-			wantCleaner: &gc.CleanerResult{Scanned: 2, Cleaned: 1, RowsDeleted: 1},
+			wantCleaner: &repostate.CleanerResult{Scanned: 2, Cleaned: 1, RowsDeleted: 1},
 			wantLeft:    []string{"boom"},
 		},
 	}
@@ -110,7 +111,7 @@ func TestCollectRunsTheCleaner(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, got := range []*gc.CleanerResult{run.Cleaner, recorded.Cleaner} {
+			for _, got := range []*repostate.CleanerResult{run.Cleaner, recorded.Cleaner} {
 				if (got == nil) != (tt.wantCleaner == nil) || (got != nil && *got != *tt.wantCleaner) {
 					t.Fatalf("cleaner = %+v, want %+v", got, tt.wantCleaner)
 				}
@@ -142,7 +143,7 @@ func TestCleanRunsOnlyTheCleaner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := gc.CleanerResult{Scanned: 2, Cleaned: 2, RowsDeleted: 3}
+	want := repostate.CleanerResult{Scanned: 2, Cleaned: 2, RowsDeleted: 3}
 	if run.Kind != gc.KindClean || run.Status != gc.StatusSucceeded || run.Scanned != 0 || run.Deleted != 0 ||
 		run.Cleaner == nil || *run.Cleaner != want {
 		t.Fatalf("clean run = %+v (cleaner %+v)", run, run.Cleaner)

@@ -9,6 +9,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
 )
 
 // nilUUID starts the keyset cursor: every uuid sorts after it.
@@ -19,7 +20,8 @@ const nilUUID = "00000000-0000-0000-0000-000000000000"
 // references. It merges three indexes in id order (the primary key and the
 // two lock_id indexes), all with index-only scans.
 //
-//   - The redundant "lock_id > $1" bounds matter: the planner does not carry
+//   - "Unreferenced" is locks.UnreferencedSQL, whose redundant
+//     "lock_id >= $1" bounds matter here: the planner does not carry
 //     o.id > $1 over to the reference tables by itself, and without them
 //     every batch re-reads the reference indexes from the start (measured on
 //     1M locks: 690 ms instead of 22 ms for a batch in the middle).
@@ -31,8 +33,7 @@ unref AS MATERIALIZED (
     SELECT o.id
     FROM RepositoryLockOwner o
     WHERE o.id > $1
-      AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id AND ra.lock_id > $1)
-      AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id AND rc.lock_id > $1)
+      AND ` + locks.UnreferencedSQL + `
     ORDER BY o.id
     LIMIT $3
 )`
@@ -56,30 +57,11 @@ SELECT
     (SELECT id FROM unref ORDER BY id DESC LIMIT 1) AS cursor,
     COALESCE((SELECT array_agg(id ORDER BY id) FROM locked), '{}') AS ids`
 
-// deleteBatchSQL deletes the locked batch, re-checking with the statement's
-// fresh snapshot that nothing references each lock (a reference committed
-// after the candidate scan but before the row lock is seen here), and
-// records a collected event for each one it deletes.
-const deleteBatchSQL = `
-WITH deleted AS (
-    DELETE FROM RepositoryLockOwner o
-    WHERE o.id = ANY($1::uuid[])
-      AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id)
-      AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id)
-    RETURNING o.id, o.git_repository_url, o.cluster_user_id
-)
-INSERT INTO repository_lock_events (event, lock_id, git_repository_url, owner_user_id, owner_user_name)
-SELECT 'collected', d.id, d.git_repository_url, d.cluster_user_id, u.name
-FROM deleted d
-LEFT JOIN cluster_users u ON u.id = d.cluster_user_id`
-
 // selectOneSQL locks one lock of a batch being retried lock by lock.
 const selectOneSQL = `
 SELECT o.id
 FROM RepositoryLockOwner o
-WHERE o.id = $1
-  AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id)
-  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id)
+WHERE o.id = $1 AND ` + locks.UnreferencedSQL + `
 FOR UPDATE OF o SKIP LOCKED`
 
 type batch struct {
@@ -103,12 +85,16 @@ func (c *Collector) collect(ctx context.Context, opts Options, r *Run, log *slog
 			if len(b.IDs) == 0 {
 				return nil
 			}
-			res, err := tx.ExecContext(ctx, deleteBatchSQL, pq.Array(b.IDs))
+			// locks.DeleteUnreferenced re-checks, with the statement's
+			// fresh snapshot, that nothing references each lock (a
+			// reference committed after the candidate scan but before the
+			// row lock is seen there) and records the collected events.
+			n, err := locks.DeleteUnreferenced(ctx, tx, b.IDs)
 			if err != nil {
 				return fmt.Errorf("delete batch: %w", err)
 			}
-			deleted, err = res.RowsAffected()
-			return err
+			deleted = n
+			return nil
 		})
 		if err != nil && database.PQCode(err) == database.CodeForeignKeyViolation && len(b.IDs) > 0 {
 			// A reference the re-check could not see: keep the batch's
@@ -148,12 +134,12 @@ func (c *Collector) collectOneByOne(ctx context.Context, ids []string, log *slog
 			if len(locked) == 0 {
 				return nil // referenced or locked by now
 			}
-			res, err := tx.ExecContext(ctx, deleteBatchSQL, pq.Array(locked))
+			n, err := locks.DeleteUnreferenced(ctx, tx, locked)
 			if err != nil {
 				return fmt.Errorf("delete lock: %w", err)
 			}
-			deleted, err = res.RowsAffected()
-			return err
+			deleted = n
+			return nil
 		})
 		if database.PQCode(err) == database.CodeForeignKeyViolation {
 			log.Warn("gc: kept a lock whose deletion violates a foreign key", "lock_id", id, "error", err.Error())

@@ -3,8 +3,8 @@
 // that no Application and no Repository Credential references, in batches,
 // without ever removing one that a concurrent request is about to reference.
 // It also runs the repository Cleaner (internal/repostate) when one is wired,
-// records every run in gc_runs, schedules runs for the server, and serves the
-// SQL reporting views.
+// records every run in gc_runs and schedules runs for the server. (The SQL
+// reporting views are served by internal/reports.)
 //
 // # Safety
 //
@@ -19,8 +19,8 @@
 //     takes FOR KEY SHARE, and internal/locks takes it explicitly when it
 //     re-acquires an existing lock), so such rows are skipped: never waited
 //     on, never failed.
-//  2. DELETE ... WHERE id = ANY(batch) AND NOT EXISTS (...) AND NOT EXISTS
-//     (...) runs with a fresh snapshot, after GC holds the row locks: it sees
+//  2. locks.DeleteUnreferenced (DELETE ... WHERE id = ANY(batch) AND
+//     locks.UnreferencedSQL) runs with a fresh snapshot, after GC holds the row locks: it sees
 //     every reference committed before the locks were taken, and no new
 //     reference can be written while GC holds them (the writer waits, then
 //     finds the lock gone and acquires a fresh one).
@@ -29,7 +29,8 @@
 //     only the locks that are really referenced are kept.
 //
 // Every collected lock gets a "collected" row in repository_lock_events in
-// the same transaction that deletes it.
+// the same transaction that deletes it (written by internal/locks, the one
+// home of lock events).
 //
 // # One run at a time
 //
@@ -52,6 +53,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 // Trigger says what started a run.
@@ -148,28 +150,12 @@ func (o Options) validate() error {
 	return nil
 }
 
-// CleanerResult is what the repository Cleaner reports. Its fields match
-// repostate.CleanerResult one for one, so a repostate result converts with
-// gc.CleanerResult(r).
-type CleanerResult struct {
-	Scanned      int   `json:"scanned"`
-	Cleaned      int   `json:"cleaned"`
-	Failed       int   `json:"failed"`
-	StaleInitial int   `json:"stale_initial"`
-	RowsDeleted  int64 `json:"rows_deleted"`
-}
-
-// Cleaner is an optional step of a run: the cleaning of deleted repository
-// instances (repostate.Cleaner, adapted with CleanerFunc).
+// Cleaner is the optional cleaning step of a run: in production the
+// repostate Cleaner of deleted repository instances (design 000), whose
+// result a run records as is.
 type Cleaner interface {
-	Run(ctx context.Context) (CleanerResult, error)
+	Run(ctx context.Context) (repostate.CleanerResult, error)
 }
-
-// CleanerFunc adapts a function to Cleaner.
-type CleanerFunc func(ctx context.Context) (CleanerResult, error)
-
-// Run calls f.
-func (f CleanerFunc) Run(ctx context.Context) (CleanerResult, error) { return f(ctx) }
 
 // Candidate is a lock a dry run would collect.
 type Candidate struct {
@@ -204,11 +190,11 @@ type Run struct {
 	// WouldCollect lists the first DryRunSampleLimit candidates of a dry run.
 	WouldCollect []Candidate `json:"would_collect,omitempty"`
 	// Cleaner holds the repository Cleaner's figures when it ran.
-	Cleaner         *CleanerResult `json:"cleaner,omitempty"`
-	StartedAt       time.Time      `json:"started_at,omitzero"`
-	FinishedAt      *time.Time     `json:"finished_at,omitempty"`
-	DurationSeconds float64        `json:"duration_seconds"`
-	Error           string         `json:"error,omitempty"`
+	Cleaner         *repostate.CleanerResult `json:"cleaner,omitempty"`
+	StartedAt       time.Time                `json:"started_at,omitzero"`
+	FinishedAt      *time.Time               `json:"finished_at,omitempty"`
+	DurationSeconds float64                  `json:"duration_seconds"`
+	Error           string                   `json:"error,omitempty"`
 }
 
 // Config configures a Collector. Zero values select the defaults.
@@ -224,6 +210,8 @@ type Config struct {
 	// Holder names this process in gc_leases and gc_runs (default
 	// host:pid:random).
 	Holder string
+	// Signals, when set, are notified of leases and finished runs (tests).
+	Signals Signals
 }
 
 // Collector runs collections. It is safe for concurrent use; concurrent runs
@@ -236,6 +224,7 @@ type Collector struct {
 	cleaner  Cleaner
 	leaseTTL time.Duration
 	holder   string
+	signals  Signals
 }
 
 // New returns a Collector on db.
@@ -256,6 +245,7 @@ func New(db *database.DB, cfg Config) *Collector {
 		cleaner:  cfg.Cleaner,
 		leaseTTL: cfg.LeaseTTL,
 		holder:   cfg.Holder,
+		signals:  cfg.Signals,
 	}
 }
 
@@ -284,7 +274,8 @@ func defaultHolder() string {
 // status skipped and a nil error. On failure it returns the recorded Run
 // (status failed) and the error; locks collected by the batches that
 // committed before the failure stay collected.
-func (c *Collector) Collect(ctx context.Context, opts Options) (Run, error) {
+func (c *Collector) Collect(ctx context.Context, opts Options) (_ Run, err error) {
+	defer repolock.WrapOp(&err, "gc.Collector.Collect")
 	if err := opts.validate(); err != nil {
 		return Run{}, err
 	}
@@ -293,7 +284,8 @@ func (c *Collector) Collect(ctx context.Context, opts Options) (Run, error) {
 
 // Clean runs the repository Cleaner alone, under the same lease and recorded
 // the same way (kind clean).
-func (c *Collector) Clean(ctx context.Context, trigger Trigger) (Run, error) {
+func (c *Collector) Clean(ctx context.Context, trigger Trigger) (_ Run, err error) {
+	defer repolock.WrapOp(&err, "gc.Collector.Clean")
 	if c.cleaner == nil {
 		return Run{}, repolock.Errorf(repolock.EPrecondition, "no repository cleaner is configured")
 	}
@@ -308,6 +300,14 @@ func (c *Collector) Clean(ctx context.Context, trigger Trigger) (Run, error) {
 var errLeaseLost = errors.New("lost the gc lease to another process")
 
 func (c *Collector) run(ctx context.Context, kind Kind, opts Options) (Run, error) {
+	r, err := c.runOnce(ctx, kind, opts)
+	if r.Status != "" {
+		signal(c.signals.RunFinished, r)
+	}
+	return r, err
+}
+
+func (c *Collector) runOnce(ctx context.Context, kind Kind, opts Options) (Run, error) {
 	r := Run{
 		Kind:          kind,
 		Trigger:       opts.Trigger,
@@ -326,10 +326,12 @@ func (c *Collector) run(ctx context.Context, kind Kind, opts Options) (Run, erro
 		return c.skip(log, r, ReasonAnotherRunning), nil
 	}
 	defer lease.release(c.logger)
+	signal(c.signals.LeaseAcquired, c.holder)
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopRenewing := lease.keepRenewed(runCtx, c.logger, func() { cancel(errLeaseLost) })
+	stopRenewing := lease.keepRenewed(runCtx, c.logger, func() { cancel(errLeaseLost) },
+		func() { signal(c.signals.LeaseRenewed, time.Now()) })
 	defer stopRenewing()
 
 	if opts.SkipIfRanWithin > 0 {

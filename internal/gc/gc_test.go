@@ -26,8 +26,8 @@ type scenario struct {
 func seedScenario(t *testing.T, db *database.DB) scenario {
 	t.Helper()
 	s := scenario{locks: map[string]string{}}
-	s.alice = createTenant(t, db, "alice")
-	s.bob = createTenant(t, db, "bob")
+	s.alice = dbtest.NewTenant(t, db, "alice").ID
+	s.bob = dbtest.NewTenant(t, db, "bob").ID
 	for _, l := range []struct {
 		url   string
 		owner string
@@ -41,12 +41,12 @@ func seedScenario(t *testing.T, db *database.DB) scenario {
 		{"git.example.com/b/cred-ref", s.bob, 2 * time.Hour},
 		{"git.example.com/a/both-ref", s.alice, 2 * time.Hour},
 	} {
-		s.locks[l.url] = createLock(t, db, l.owner, l.url, l.age)
+		s.locks[l.url] = dbtest.NewLock(t, db, l.owner, l.url, l.age)
 	}
-	createApp(t, db, s.alice, "app-1", s.locks["git.example.com/a/app-ref"])
-	createCred(t, db, s.bob, "cred-1", s.locks["git.example.com/b/cred-ref"])
-	createApp(t, db, s.alice, "app-2", s.locks["git.example.com/a/both-ref"])
-	createCred(t, db, s.alice, "cred-2", s.locks["git.example.com/a/both-ref"])
+	dbtest.NewApplication(t, db, s.alice, "app-1", s.locks["git.example.com/a/app-ref"])
+	dbtest.NewCredential(t, db, s.bob, "cred-1", s.locks["git.example.com/b/cred-ref"])
+	dbtest.NewApplication(t, db, s.alice, "app-2", s.locks["git.example.com/a/both-ref"])
+	dbtest.NewCredential(t, db, s.alice, "cred-2", s.locks["git.example.com/a/both-ref"])
 	return s
 }
 
@@ -146,7 +146,7 @@ func TestCollect(t *testing.T) {
 					owner, ownerName = s.bob, "bob"
 				}
 				want := collectedEvent{LockID: s.locks[u], URL: u, OwnerID: owner, OwnerName: ownerName}
-				if ev.ClusterUserID != nil || ev.LockID != want.LockID || ev.URL != want.URL || ev.OwnerID != want.OwnerID || ev.OwnerName != want.OwnerName {
+				if ev.TenantID != nil || ev.LockID != want.LockID || ev.URL != want.URL || ev.OwnerID != want.OwnerID || ev.OwnerName != want.OwnerName {
 					t.Fatalf("event %d = %+v, want %+v and no acting user", i, ev, want)
 				}
 			}
@@ -266,7 +266,7 @@ func TestDryRunSampleIsCapped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
+	tenant := dbtest.NewTenant(t, db, "t").ID
 	mustExec(t, db, `
 		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
 		SELECT 'git.example.com/o/' || g, 1, $1, now() - interval '1 hour' FROM generate_series(1, 250) g`, tenant)
@@ -324,14 +324,14 @@ func TestCollectSkipsLocksBeingReferenced(t *testing.T) {
 		{
 			name: "reference inserted, then committed",
 			hold: func(t *testing.T, tx database.Tx, tenant, lockID string) {
-				createApp(t, tx, tenant, "new-app", lockID)
+				dbtest.NewApplication(t, tx, tenant, "new-app", lockID)
 			},
 			commit: true, wantLeft: true,
 		},
 		{
 			name: "reference inserted, then rolled back",
 			hold: func(t *testing.T, tx database.Tx, tenant, lockID string) {
-				createApp(t, tx, tenant, "new-app", lockID)
+				dbtest.NewApplication(t, tx, tenant, "new-app", lockID)
 			},
 			commit: false, wantLeft: false,
 		},
@@ -349,7 +349,7 @@ func TestCollectSkipsLocksBeingReferenced(t *testing.T) {
 				if id != lockID {
 					t.Fatalf("re-acquire returned %s, want the existing lock %s", id, lockID)
 				}
-				createCred(t, tx, tenant, "new-cred", lockID)
+				dbtest.NewCredential(t, tx, tenant, "new-cred", lockID)
 			},
 			commit: true, wantLeft: true,
 		},
@@ -358,9 +358,9 @@ func TestCollectSkipsLocksBeingReferenced(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t)
-			tenant := createTenant(t, db, "x")
-			held := createLock(t, db, tenant, "git.example.com/x/held", time.Hour)
-			createLock(t, db, tenant, "git.example.com/x/free", time.Hour)
+			tenant := dbtest.NewTenant(t, db, "x").ID
+			held := dbtest.NewLock(t, db, tenant, "git.example.com/x/held", time.Hour)
+			dbtest.NewLock(t, db, tenant, "git.example.com/x/free", time.Hour)
 
 			tx, err := db.BeginTxx(context.Background(), nil)
 			if err != nil {
@@ -429,9 +429,9 @@ func TestCollectSurvivesForeignKeyViolations(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := dbtest.New(t)
-			tenant := createTenant(t, db, "f")
+			tenant := dbtest.NewTenant(t, db, "f").ID
 			for _, u := range []string{"a", "b", "faulty", "c", "d"} {
-				createLock(t, db, tenant, "git.example.com/f/"+u, time.Hour)
+				dbtest.NewLock(t, db, tenant, "git.example.com/f/"+u, time.Hour)
 			}
 			// An application without a reference yet, for the trigger.
 			var appID string
@@ -476,10 +476,10 @@ func TestCollectFailureIsRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "f")
+	tenant := dbtest.NewTenant(t, db, "f").ID
 	ids := map[string]string{}
 	for _, u := range []string{"a", "b", "c", "d", "e"} {
-		ids[u] = createLock(t, db, tenant, "git.example.com/f/"+u, time.Hour)
+		ids[u] = dbtest.NewLock(t, db, tenant, "git.example.com/f/"+u, time.Hour)
 	}
 	mustExec(t, db, `CREATE FUNCTION gc_fail() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
@@ -525,8 +525,8 @@ func TestCollectFailureIsRecorded(t *testing.T) {
 func TestCollectHonoursContextDeadline(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
-	createLock(t, db, tenant, "git.example.com/t/a", time.Hour)
+	tenant := dbtest.NewTenant(t, db, "t").ID
+	dbtest.NewLock(t, db, tenant, "git.example.com/t/a", time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := newCollector(db, gc.Config{}).Collect(ctx, opts(10, time.Minute))

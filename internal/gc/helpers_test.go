@@ -10,12 +10,9 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/tenants"
 )
-
-// The fixtures below write rows the way internal/locks and internal/apps do
-// (a lock, an application or credential, its reference row), with explicit
-// ages, in plain SQL: the GC must be correct against the tables whoever
-// writes them.
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -33,61 +30,6 @@ func mustExec(t testing.TB, q database.Querier, query string, args ...any) {
 	}
 }
 
-func createTenant(t testing.TB, q database.Querier, name string) string {
-	t.Helper()
-	var id string
-	if err := q.GetContext(context.Background(), &id,
-		`INSERT INTO cluster_users (name) VALUES ($1) RETURNING id`, name); err != nil {
-		t.Fatalf("create tenant %s: %v", name, err)
-	}
-	return id
-}
-
-// createLock creates a lock on url owned by tenant, created age ago.
-func createLock(t testing.TB, q database.Querier, tenant, url string, age time.Duration) string {
-	t.Helper()
-	var id string
-	if err := q.GetContext(context.Background(), &id, `
-		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
-		VALUES ($1, 1, $2, now() - make_interval(secs => $3)) RETURNING id`,
-		url, tenant, age.Seconds()); err != nil {
-		t.Fatalf("create lock %s: %v", url, err)
-	}
-	return id
-}
-
-// createApp creates an application of tenant named name on the lock's URL,
-// and its reference row.
-func createApp(t testing.TB, q database.Querier, tenant, name, lockID string) string {
-	t.Helper()
-	var id string
-	if err := q.GetContext(context.Background(), &id, `
-		WITH l AS (SELECT git_repository_url FROM RepositoryLockOwner WHERE id = $3)
-		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url)
-		SELECT $1, $2, l.git_repository_url, l.git_repository_url FROM l RETURNING id`,
-		tenant, name, lockID); err != nil {
-		t.Fatalf("create application %s: %v", name, err)
-	}
-	mustExec(t, q, `INSERT INTO RepositoryLockApplication (application_id, lock_id) VALUES ($1, $2)`, id, lockID)
-	return id
-}
-
-// createCred creates a repository credential of tenant on the lock's URL,
-// and its reference row.
-func createCred(t testing.TB, q database.Querier, tenant, name, lockID string) string {
-	t.Helper()
-	var id string
-	if err := q.GetContext(context.Background(), &id, `
-		WITH l AS (SELECT git_repository_url FROM RepositoryLockOwner WHERE id = $3)
-		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url)
-		SELECT $1, $2, l.git_repository_url, l.git_repository_url FROM l RETURNING id`,
-		tenant, name, lockID); err != nil {
-		t.Fatalf("create credential %s: %v", name, err)
-	}
-	mustExec(t, q, `INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) VALUES ($1, $2)`, id, lockID)
-	return id
-}
-
 // lockURLs returns the URLs of every lock, sorted.
 func lockURLs(t testing.TB, q database.Querier) []string {
 	t.Helper()
@@ -100,11 +42,11 @@ func lockURLs(t testing.TB, q database.Querier) []string {
 }
 
 type collectedEvent struct {
-	LockID        string  `db:"lock_id"`
-	URL           string  `db:"git_repository_url"`
-	ClusterUserID *string `db:"cluster_user_id"`
-	OwnerID       string  `db:"owner_user_id"`
-	OwnerName     string  `db:"owner_user_name"`
+	LockID    string  `db:"lock_id"`
+	URL       string  `db:"git_repository_url"`
+	TenantID  *string `db:"cluster_user_id"`
+	OwnerID   string  `db:"owner_user_id"`
+	OwnerName string  `db:"owner_user_name"`
 }
 
 func collectedEvents(t testing.TB, q database.Querier) []collectedEvent {
@@ -151,4 +93,16 @@ func opts(batch int, minAge time.Duration) gc.Options {
 	o.BatchSize = batch
 	o.MinAge = minAge
 	return o
+}
+
+// cleanerFunc adapts a function to gc.Cleaner.
+type cleanerFunc func(ctx context.Context) (repostate.CleanerResult, error)
+
+func (f cleanerFunc) Run(ctx context.Context) (repostate.CleanerResult, error) { return f(ctx) }
+
+// repositoryCleaner is the production Cleaner step as cmd/api wires it: the
+// repostate Cleaner on db's kv table, retiring deleted tenants' repositories.
+func repositoryCleaner(db *database.DB) gc.Cleaner {
+	return repostate.NewCleaner(db, repostate.CleanerConfig{Logger: quietLogger(),
+		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})
 }

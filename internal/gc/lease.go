@@ -63,7 +63,7 @@ func (l *lease) renew(ctx context.Context) (held bool, err error) {
 // done, and calls lost once if the lease is found taken over. A failed
 // renewal is logged and retried at the next tick: the lease only lapses if
 // renewals keep failing for a whole ttl.
-func (l *lease) keepRenewed(ctx context.Context, logger *slog.Logger, lost func()) (stop func()) {
+func (l *lease) keepRenewed(ctx context.Context, logger *slog.Logger, lost, renewed func()) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -87,6 +87,8 @@ func (l *lease) keepRenewed(ctx context.Context, logger *slog.Logger, lost func(
 				logger.Error("gc: the lease was taken over; stopping the run", "lease", l.name, "holder", l.holder)
 				lost()
 				return
+			default:
+				renewed()
 			}
 		}
 	}()

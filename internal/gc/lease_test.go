@@ -31,29 +31,15 @@ func blockRuns(t *testing.T, db *database.DB) (release func()) {
 	return release
 }
 
-// waitForLease waits until holder holds the gc lease.
-func waitForLease(t *testing.T, db *database.DB, holder string) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if countRows(t, db, `SELECT count(*) FROM gc_leases WHERE name = 'gc' AND holder = $1`, holder) == 1 {
-			return
-		}
-		if i > 3000 {
-			t.Fatalf("%s never took the lease", holder)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Only one run at a time: of runs started together by several collectors
 // (as by several replicas), exactly one collects; the others are skipped,
 // without error, while it runs.
 func TestOnlyOneRunAtATime(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
+	tenant := dbtest.NewTenant(t, db, "t").ID
 	for i := range 20 {
-		createLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
+		dbtest.NewLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
 	}
 	release := blockRuns(t, db)
 
@@ -115,8 +101,8 @@ func TestLeaseHeldByAnotherProcess(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := dbtest.New(t)
-			tenant := createTenant(t, db, "t")
-			createLock(t, db, tenant, "git.example.com/t/a", time.Hour)
+			tenant := dbtest.NewTenant(t, db, "t").ID
+			dbtest.NewLock(t, db, tenant, "git.example.com/t/a", time.Hour)
 			// The other process took the lease and recorded its run.
 			mustExec(t, db, `INSERT INTO gc_leases (name, holder, acquired_at, expires_at)
 				VALUES ('gc', 'other', now() - interval '1 hour', now() + make_interval(secs => $1))`, tt.expiresIn.Seconds())
@@ -171,17 +157,18 @@ func TestLeaseHeldByAnotherProcess(t *testing.T) {
 func TestRunStopsWhenLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
-	createLock(t, db, tenant, "git.example.com/t/a", time.Hour)
+	tenant := dbtest.NewTenant(t, db, "t").ID
+	dbtest.NewLock(t, db, tenant, "git.example.com/t/a", time.Hour)
 	release := blockRuns(t, db)
 
-	c := newCollector(db, gc.Config{Holder: "stalled", LeaseTTL: 300 * time.Millisecond})
+	leased := make(chan string, 1)
+	c := newCollector(db, gc.Config{Holder: "stalled", LeaseTTL: 300 * time.Millisecond, Signals: gc.Signals{LeaseAcquired: leased}})
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Collect(context.Background(), opts(10, time.Minute))
 		done <- err
 	}()
-	waitForLease(t, db, "stalled")
+	<-leased
 	mustExec(t, db, `UPDATE gc_leases SET holder = 'thief', expires_at = now() + interval '1 hour' WHERE name = 'gc'`)
 	err := <-done
 	release()
@@ -202,29 +189,32 @@ func TestLeaseIsRenewedDuringLongRuns(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	release := blockRuns(t, db)
-	c := newCollector(db, gc.Config{Holder: "long", LeaseTTL: 300 * time.Millisecond})
+	leased := make(chan string, 1)
+	renewed := make(chan time.Time, 1000)
+	c := newCollector(db, gc.Config{Holder: "long", LeaseTTL: 300 * time.Millisecond,
+		Signals: gc.Signals{LeaseAcquired: leased, LeaseRenewed: renewed}})
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Collect(context.Background(), opts(10, time.Minute))
 		done <- err
 	}()
-	waitForLease(t, db, "long")
+	<-leased
 	var firstExpiry time.Time
 	if err := db.GetContext(context.Background(), &firstExpiry, `SELECT expires_at FROM gc_leases WHERE name = 'gc'`); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the first expiry has passed and the lease is still held,
-	// renewed past it.
-	for i := 0; ; i++ {
-		renewed := countRows(t, db, `SELECT count(*) FROM gc_leases
-			WHERE holder = 'long' AND now() > $1 AND expires_at > now()`, firstExpiry)
-		if renewed == 1 {
+	// Wait, renewal by renewal as the collector reports them, until the
+	// first expiry has passed and the lease is still held, renewed past it.
+	for {
+		select {
+		case <-renewed:
+		case err := <-done:
+			t.Fatalf("the long run ended (%v) before its lease was renewed past its first expiry", err)
+		}
+		if countRows(t, db, `SELECT count(*) FROM gc_leases
+			WHERE holder = 'long' AND now() > $1 AND expires_at > now()`, firstExpiry) == 1 {
 			break
 		}
-		if i > 3000 {
-			t.Fatal("the lease was not renewed")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	other, err := newCollector(db, gc.Config{Holder: "other"}).Collect(context.Background(), opts(10, time.Minute))
 	if err != nil || other.Status != gc.StatusSkipped {

@@ -1,11 +1,13 @@
 package gc
 
 import (
-	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 // Metrics are the GC's Prometheus metrics. A nil *Metrics records nothing.
@@ -17,10 +19,10 @@ type Metrics struct {
 	lastSuccess *prometheus.GaugeVec
 }
 
-// NewMetrics registers the GC metrics on reg. Registering twice on the same
-// registry (the serve loop and the HTTP handlers each build a Collector)
-// returns metrics backed by the collectors registered first.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics registers the GC metrics on reg. A process has one Collector
+// and registers its metrics once; registering them twice on the same
+// registry is an error.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		collected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "repolock_gc_collected_locks_total",
@@ -44,25 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Unix time at which the last successful run (not a dry run) of each kind finished.",
 		}, []string{"kind"}),
 	}
-	m.collected = register(reg, m.collected)
-	m.cleaned = register(reg, m.cleaned)
-	m.runs = register(reg, m.runs)
-	m.duration = register(reg, m.duration)
-	m.lastSuccess = register(reg, m.lastSuccess)
-	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
+	for _, c := range []prometheus.Collector{m.collected, m.cleaned, m.runs, m.duration, m.lastSuccess} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gc: register metrics: %w", err)
 		}
-		panic(err)
 	}
-	return c
+	return m, nil
 }
 
 func (m *Metrics) observeRun(r Run, seconds float64) {
@@ -94,7 +83,7 @@ func (m *Metrics) observeCollected(n int64) {
 	m.collected.Add(float64(n))
 }
 
-func (m *Metrics) observeCleaner(r CleanerResult) {
+func (m *Metrics) observeCleaner(r repostate.CleanerResult) {
 	if m == nil || r.Cleaned <= 0 {
 		return
 	}

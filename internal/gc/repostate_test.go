@@ -27,14 +27,14 @@ func TestCollectWithTheRepositoryCleaner(t *testing.T) {
 	if err := svc.Delete(ctx, s.alice, "alpha"); err != nil {
 		t.Fatal(err)
 	}
-	c := newCollector(db, gc.Config{Cleaner: gc.NewRepositoryCleaner(db, quietLogger())})
+	c := newCollector(db, gc.Config{Cleaner: repositoryCleaner(db)})
 
 	run, err := c.Collect(ctx, opts(1000, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The deleted instance held its initial commit and its main branch.
-	want := gc.CleanerResult{Scanned: 1, Cleaned: 1, RowsDeleted: 2}
+	want := repostate.CleanerResult{Scanned: 1, Cleaned: 1, RowsDeleted: 2}
 	if run.Deleted != 3 || run.Cleaner == nil || *run.Cleaner != want {
 		t.Fatalf("run deleted %d locks, cleaner %+v; want 3 and %+v", run.Deleted, run.Cleaner, want)
 	}
@@ -53,7 +53,7 @@ func TestCollectWithTheRepositoryCleaner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Kind != gc.KindClean || again.Cleaner == nil || *again.Cleaner != (gc.CleanerResult{}) {
+	if again.Kind != gc.KindClean || again.Cleaner == nil || *again.Cleaner != (repostate.CleanerResult{}) {
 		t.Fatalf("second clean = %+v (cleaner %+v), want nothing to do", again, again.Cleaner)
 	}
 }

@@ -3,12 +3,13 @@ package gc
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"strings"
 	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
+	"github.com/repolock/repolock/internal/repostate"
 )
 
 func insertRun(ctx context.Context, q database.Querier, r *Run) error {
@@ -115,7 +116,7 @@ func (rr runRow) run() Run {
 		r.FinishedAt = &t
 	}
 	if rr.CleanerScanned.Valid {
-		r.Cleaner = &CleanerResult{
+		r.Cleaner = &repostate.CleanerResult{
 			Scanned:      int(rr.CleanerScanned.Int64),
 			Cleaned:      int(rr.CleanerCleaned.Int64),
 			Failed:       int(rr.CleanerFailed.Int64),
@@ -138,25 +139,23 @@ const runColumns = `
 // ListRuns returns recorded runs, newest first, limit at a time. pageToken
 // is empty for the first page and the returned next token for the others;
 // the next token is empty on the last page.
-func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken string) ([]Run, string, error) {
+func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken string) (_ []Run, _ string, err error) {
+	defer repolock.WrapOp(&err, "gc.ListRuns")
 	if limit < 1 {
 		return nil, "", repolock.Errorf(repolock.EInvalid, "limit must be positive")
 	}
-	var (
-		rows []runRow
-		err  error
-	)
+	var rows []runRow
 	if pageToken == "" {
 		err = q.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
 			ORDER BY started_at DESC, id DESC LIMIT $1`, limit+1)
 	} else {
-		after, id, perr := parseRunsToken(pageToken)
+		after, _, perr := pagetoken.Decode[pagetoken.TimeID](pagetoken.KindGCRuns, "", pageToken)
 		if perr != nil {
 			return nil, "", perr
 		}
 		err = q.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
 			WHERE (started_at, id) < ($1, $2)
-			ORDER BY started_at DESC, id DESC LIMIT $3`, after, id, limit+1)
+			ORDER BY started_at DESC, id DESC LIMIT $3`, after.CreatedAt, after.ID, limit+1)
 	}
 	if err != nil {
 		return nil, "", database.MapError(err)
@@ -165,7 +164,7 @@ func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken stri
 	if len(rows) > limit {
 		rows = rows[:limit]
 		last := rows[limit-1]
-		next = base64.RawURLEncoding.EncodeToString([]byte(last.StartedAt.UTC().Format(time.RFC3339Nano) + "|" + last.ID))
+		next = pagetoken.Encode(pagetoken.KindGCRuns, "", pagetoken.TimeID{CreatedAt: last.StartedAt, ID: last.ID})
 	}
 	runs := make([]Run, len(rows))
 	for i, rr := range rows {
@@ -175,12 +174,13 @@ func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken stri
 }
 
 // GetRun returns one recorded run.
-func GetRun(ctx context.Context, q database.Querier, id string) (Run, error) {
+func GetRun(ctx context.Context, q database.Querier, id string) (_ Run, err error) {
+	defer repolock.WrapOp(&err, "gc.GetRun")
 	if !isUUID(id) {
 		return Run{}, repolock.Errorf(repolock.ENotFound, "gc run %s not found", id)
 	}
 	var rr runRow
-	err := q.GetContext(ctx, &rr, `SELECT `+runColumns+` FROM gc_runs WHERE id = $1`, id)
+	err = q.GetContext(ctx, &rr, `SELECT `+runColumns+` FROM gc_runs WHERE id = $1`, id)
 	if database.IsNoRows(err) {
 		return Run{}, repolock.Errorf(repolock.ENotFound, "gc run %s not found", id)
 	}
@@ -188,26 +188,6 @@ func GetRun(ctx context.Context, q database.Querier, id string) (Run, error) {
 		return Run{}, database.MapError(err)
 	}
 	return rr.run(), nil
-}
-
-func parseRunsToken(tok string) (time.Time, string, error) {
-	bad := repolock.Errorf(repolock.EInvalid, "page_token is not valid")
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	ts, id, ok := strings.Cut(string(b), "|")
-	if !ok {
-		return time.Time{}, "", bad
-	}
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	if !isUUID(id) {
-		return time.Time{}, "", bad
-	}
-	return t, id, nil
 }
 
 func isUUID(s string) bool {

@@ -2,6 +2,7 @@ package gc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,35 +68,39 @@ func TestListRunsPages(t *testing.T) {
 func TestRunLoopCollectsUntilCancelled(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	tenant := createTenant(t, db, "t")
+	tenant := dbtest.NewTenant(t, db, "t").ID
 	for i := range 5 {
-		createLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
+		dbtest.NewLock(t, db, tenant, fmt.Sprintf("git.example.com/t/%d", i), time.Hour)
 	}
-	c := newCollector(db, gc.Config{})
+	finished := make(chan gc.Run, 1000)
+	c := newCollector(db, gc.Config{Signals: gc.Signals{RunFinished: finished}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		c.RunLoop(ctx, gc.LoopConfig{Interval: 20 * time.Millisecond, Options: opts(2, time.Minute)})
 	}()
-	// Wait for three scheduled runs; then orphans made meanwhile are
-	// collected by the next ones.
+	// Wait for scheduled runs, as the collector reports them; orphans made
+	// meanwhile are collected by the next ones.
+	succeeded := 0
 	waitRuns := func(n int) {
 		t.Helper()
-		for i := 0; countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`) < n; i++ {
-			if i > 3000 {
-				t.Fatalf("fewer than %d scheduled runs", n)
+		for succeeded < n {
+			r := <-finished
+			if r.Trigger != gc.TriggerSchedule {
+				t.Fatalf("a loop run with trigger %q", r.Trigger)
 			}
-			time.Sleep(10 * time.Millisecond)
+			if r.Status == gc.StatusSucceeded {
+				succeeded++
+			}
 		}
 	}
 	waitRuns(3)
 	if n := len(lockURLs(t, db)); n != 0 {
 		t.Fatalf("%d locks left after three scheduled runs", n)
 	}
-	createLock(t, db, tenant, "git.example.com/t/later", time.Hour)
-	before := countRows(t, db, `SELECT count(*) FROM gc_runs WHERE trigger = 'schedule' AND status = 'succeeded'`)
-	waitRuns(before + 2)
+	dbtest.NewLock(t, db, tenant, "git.example.com/t/later", time.Hour)
+	waitRuns(succeeded + 2)
 	if n := len(lockURLs(t, db)); n != 0 {
 		t.Fatalf("the later orphan was not collected")
 	}
@@ -115,9 +120,15 @@ func TestMetrics(t *testing.T) {
 	db := dbtest.New(t)
 	seedScenario(t, db)
 	reg := prometheus.NewRegistry()
-	m := gc.NewMetrics(reg)
-	if again := gc.NewMetrics(reg); again == nil {
-		t.Fatal("registering twice on one registry must reuse the metrics")
+	m, err := gc.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One process registers its metrics once; a second registration is an
+	// error, never silently merged.
+	var are prometheus.AlreadyRegisteredError
+	if again, err := gc.NewMetrics(reg); again != nil || !errors.As(err, &are) {
+		t.Fatalf("registering twice = %v, %v; want an AlreadyRegisteredError", again, err)
 	}
 	c := newCollector(db, gc.Config{Metrics: m})
 
@@ -130,12 +141,13 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A second collector registered on the same registry shares the series.
+	// A second collector given the same metrics shares the series.
 	release := blockRuns(t, db)
-	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: gc.NewMetrics(reg)})
+	leased := make(chan string, 1)
+	holder := newCollector(db, gc.Config{Holder: "holder", Metrics: m, Signals: gc.Signals{LeaseAcquired: leased}})
 	done := make(chan error, 1)
 	go func() { _, err := holder.Collect(ctx, opts(1000, time.Minute)); done <- err }()
-	waitForLease(t, db, "holder")
+	<-leased
 	if r, err := c.Collect(ctx, opts(1000, time.Minute)); err != nil || r.Status != gc.StatusSkipped {
 		t.Fatalf("concurrent run = %+v, %v", r, err)
 	}

@@ -28,7 +28,7 @@ func (s *Server) registerAppsRoutes() {
 
 	s.registerLocksRoutes(t)
 
-	s.Admin.DELETE("/users/:name", s.deleteUser)
+	s.Admin.DELETE("/users/:name", s.deleteTenant)
 }
 
 // applicationRequest is the body of POST and PATCH /v1/applications. Absent
@@ -197,14 +197,14 @@ func (s *Server) deleteCredential(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// deleteUser is DELETE /v1/admin/users/:name: the tenant, its applications,
+// deleteTenant is DELETE /v1/admin/users/:name: the tenant, its applications,
 // credentials and tokens go, and its locks are released, atomically.
-func (s *Server) deleteUser(c echo.Context) error {
+func (s *Server) deleteTenant(c echo.Context) error {
 	d, err := apps.DeleteTenant(c.Request().Context(), s.DB, c.Param("name"))
 	if err != nil {
 		return err
 	}
-	s.Logger.InfoContext(c.Request().Context(), "tenant deleted", "user", d.User,
+	s.Logger.InfoContext(c.Request().Context(), "tenant deleted", "user", d.Tenant,
 		"applications", d.Applications, "repository_credentials", d.RepositoryCredentials, "locks_released", d.LocksReleased)
 	return c.JSON(http.StatusOK, d)
 }

@@ -8,12 +8,12 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 const ctxKeyTenant = "repolock.tenant"
 
-type tenantValue = users.User
+type tenantValue = tenants.Tenant
 
 // bearerToken returns the token of an "Authorization: Bearer" header.
 func bearerToken(c echo.Context) (string, error) {
@@ -47,7 +47,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return repolock.Errorf(repolock.EForbidden, "the admin token cannot act as a tenant; use a tenant token")
 		}
-		u, err := users.Authenticate(c.Request().Context(), s.DB, token)
+		u, err := tenants.Authenticate(c.Request().Context(), s.DB, token)
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		if _, err := users.Authenticate(c.Request().Context(), s.DB, token); err == nil {
+		if _, err := tenants.Authenticate(c.Request().Context(), s.DB, token); err == nil {
 			return repolock.Errorf(repolock.EForbidden, "admin routes need the admin token")
 		}
 		return repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
@@ -84,7 +84,7 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		u, err := users.Authenticate(c.Request().Context(), s.DB, token)
+		u, err := tenants.Authenticate(c.Request().Context(), s.DB, token)
 		if err != nil {
 			return err
 		}
@@ -94,8 +94,8 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // Tenant returns the authenticated tenant of a request on a V1 route.
-func Tenant(c echo.Context) users.User {
-	u, _ := c.Get(ctxKeyTenant).(users.User)
+func Tenant(c echo.Context) tenants.Tenant {
+	u, _ := c.Get(ctxKeyTenant).(tenants.Tenant)
 	return u
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // DecodeJSON decodes the request body into v strictly: the content type must
@@ -93,8 +94,8 @@ func ParsePage(c echo.Context) (Page, error) {
 		}
 		p.Size = n
 	}
-	if len(p.Token) > 1024 {
-		return Page{}, repolock.Errorf(repolock.EInvalid, "page_token is not valid")
+	if len(p.Token) > pagetoken.MaxLen {
+		return Page{}, pagetoken.Invalid()
 	}
 	return p, nil
 }

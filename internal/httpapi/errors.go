@@ -127,7 +127,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	if status >= 500 {
 		s.Logger.ErrorContext(c.Request().Context(), "request failed",
-			"error", err.Error(), "request_id", requestID(c), "method", c.Request().Method, "route", c.Path())
+			"op", repolock.Op(err), "error", err.Error(), "request_id", requestID(c), "method", c.Request().Method, "route", c.Path())
 	}
 	body := map[string]any{}
 	for k, v := range details {

@@ -17,11 +17,7 @@ import (
 //	GET  /v1/admin/gc/runs       recorded runs, newest first (page_size, page_token)
 //	GET  /v1/admin/gc/runs/:id   one recorded run
 func (s *Server) registerGCRoutes() {
-	h := &gcHandlers{collector: gc.New(s.DB, gc.Config{
-		Logger:  s.Logger,
-		Metrics: gc.NewMetrics(s.Registry),
-		Cleaner: gc.NewRepositoryCleaner(s.DB, s.Logger),
-	}), s: s}
+	h := &gcHandlers{collector: s.cfg.GC, s: s}
 	s.Admin.POST("/gc", h.run)
 	s.Admin.GET("/gc/runs", h.listRuns)
 	s.Admin.GET("/gc/runs/:id", h.getRun)

@@ -17,7 +17,7 @@ func (e *apiEnv) orphan(ownerID, url string) {
 func TestGCAPI(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t)
-	aliceID, _ := e.tenantUser("alice")
+	aliceID, _ := e.newTenant("alice")
 	e.orphan(aliceID, "git.example.com/a/one")
 	e.orphan(aliceID, "git.example.com/a/two")
 
@@ -116,7 +116,7 @@ func TestGCAPIErrors(t *testing.T) {
 		{"POST", "/v1/admin/gc?batch_size=x", adminToken, 400, "invalid_argument", "batch_size must be an integer from 1 to 100000"},
 		{"POST", "/v1/admin/gc?min_age=-1s", adminToken, 400, "invalid_argument", "min_age must be a non-negative duration such as 90s or 5m"},
 		{"POST", "/v1/admin/gc?min_age=soon", adminToken, 400, "invalid_argument", "min_age must be a non-negative duration such as 90s or 5m"},
-		{"GET", "/v1/admin/gc/runs?page_token=zzz", adminToken, 400, "invalid_argument", "page_token is not valid"},
+		{"GET", "/v1/admin/gc/runs?page_token=zzz", adminToken, 400, "invalid_argument", "page_token is not valid for this list"},
 		{"GET", "/v1/admin/gc/runs?page_size=0", adminToken, 400, "invalid_argument", "page_size must be an integer from 1 to 500"},
 		{"GET", "/v1/admin/gc/runs/not-a-uuid", adminToken, 404, "not_found", "gc run not-a-uuid not found"},
 		{"GET", "/v1/admin/gc/runs/00000000-0000-0000-0000-000000000001", adminToken, 404, "not_found", "gc run 00000000-0000-0000-0000-000000000001 not found"},

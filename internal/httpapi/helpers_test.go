@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -11,9 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 const adminToken = "rla_test_admin_token"
@@ -28,6 +35,10 @@ type apiEnv struct {
 	// logs holds the server's JSON logs (debug level and up) when the env
 	// was made withLogs; it is nil otherwise.
 	logs *logBuffer
+	// registry is the server's metrics registry.
+	registry *prometheus.Registry
+
+	addRoutes []func(*httpapi.Server)
 }
 
 // envOption adjusts the server's Config (and the env) before httpapi.New.
@@ -38,9 +49,9 @@ func withRequestTimeout(d time.Duration) envOption {
 	return func(_ *apiEnv, cfg *httpapi.Config) { cfg.RequestTimeout = d }
 }
 
-// withHooks registers extra routes through Config.Hooks.
-func withHooks(hooks ...func(*httpapi.Server)) envOption {
-	return func(_ *apiEnv, cfg *httpapi.Config) { cfg.Hooks = append(cfg.Hooks, hooks...) }
+// withRoutes adds test-only routes to the built server before it serves.
+func withRoutes(add func(*httpapi.Server)) envOption {
+	return func(e *apiEnv, _ *httpapi.Config) { e.addRoutes = append(e.addRoutes, add) }
 }
 
 // withLogs captures the server's logs in e.logs.
@@ -65,9 +76,26 @@ func newAPIEnv(t *testing.T, opts ...envOption) *apiEnv {
 	for _, opt := range opts {
 		opt(e, &cfg)
 	}
+	// The services, wired as cmd/api serve wires them, on a registry of the
+	// test's own.
+	e.registry = prometheus.NewRegistry()
+	metrics, err := gc.NewMetrics(e.registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcCfg := gc.Config{Logger: cfg.Logger, Metrics: metrics,
+		Cleaner: repostate.NewCleaner(db, repostate.CleanerConfig{Logger: cfg.Logger,
+			TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})}
+	cfg.Registry = e.registry
+	cfg.GC = gc.New(db, gcCfg)
+	cfg.Repositories = repostate.NewPostgres(db, repostate.Config{Logger: cfg.Logger})
+	cfg.Sync = syncstate.New(db, syncstate.Options{Logger: cfg.Logger})
 	srv, err := httpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, add := range e.addRoutes {
+		add(srv)
 	}
 	e.ts = httptest.NewServer(srv)
 	t.Cleanup(e.ts.Close)
@@ -195,9 +223,9 @@ func (e *apiEnv) wantErr(status int, code, method, path, token string, body any)
 	}
 }
 
-// tenantUser creates a tenant through the admin API and returns its id and
+// newTenant creates a tenant through the admin API and returns its id and
 // token.
-func (e *apiEnv) tenantUser(name string) (id, token string) {
+func (e *apiEnv) newTenant(name string) (id, token string) {
 	e.t.Helper()
 	resp := e.must(http.StatusCreated, http.MethodPost, "/v1/admin/users", adminToken, map[string]any{"name": name})
 	return resp["id"].(string), resp["token"].(string)
@@ -206,7 +234,7 @@ func (e *apiEnv) tenantUser(name string) (id, token string) {
 // tenant creates a tenant through the admin API and returns its token.
 func (e *apiEnv) tenant(name string) string {
 	e.t.Helper()
-	_, token := e.tenantUser(name)
+	_, token := e.newTenant(name)
 	return token
 }
 

@@ -61,12 +61,12 @@ func (s *Server) acquireLock(c echo.Context) error {
 	if err != nil {
 		return repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}
-	id, acquired, owner, err := locks.AcquireRepositoryCredentialURL(c.Request().Context(), s.DB, Tenant(c).ID, string(key))
+	acq, err := locks.AcquireRepositoryCredentialURL(c.Request().Context(), s.DB, Tenant(c).ID, string(key))
 	if err != nil {
 		return err
 	}
-	if !acquired {
-		return locks.ClaimedError(owner)
+	if !acq.Acquired {
+		return locks.ClaimedError(acq.Owner)
 	}
-	return c.JSON(http.StatusOK, acquireResponse{LockID: id, Acquired: true, NormalizedURL: string(key)})
+	return c.JSON(http.StatusOK, acquireResponse{LockID: acq.LockID, Acquired: true, NormalizedURL: string(key)})
 }

@@ -20,7 +20,7 @@ type httpMetrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	m := &httpMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "repolock_http_requests_total",
@@ -32,8 +32,12 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "status"}),
 	}
-	reg.MustRegister(m.requests, m.duration)
-	return m
+	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("httpapi: register the HTTP metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 const headerRequestID = echo.HeaderXRequestID

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -14,21 +13,14 @@ import (
 	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/httpapi/httpapitest"
 )
 
 // newContractServer builds the server the way the rest of the package does.
 // It is the one place that knows how; keep it so when Config changes.
 func newContractServer(t *testing.T) *httpapi.Server {
 	t.Helper()
-	srv, err := httpapi.New(httpapi.Config{
-		DB:         dbtest.New(t),
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		AdminToken: adminToken,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv
+	return httpapitest.New(t, dbtest.New(t), adminToken)
 }
 
 // pendingOperations are in the document ahead of the code: they may be

@@ -7,7 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/reports"
 )
 
 // registerReportRoutes registers the SQL reporting views as admin routes:
@@ -20,16 +20,16 @@ func (s *Server) registerReportRoutes() {
 }
 
 func (s *Server) listReports(c echo.Context) error {
-	return c.JSON(http.StatusOK, ListResponse[gc.Report]{Items: gc.Reports()})
+	return c.JSON(http.StatusOK, ListResponse[reports.Report]{Items: reports.All()})
 }
 
 // getReport streams the report's rows, so a report of a million locks is
 // never held in memory. An unknown name is 404 with the valid names in
 // "valid_names".
 func (s *Server) getReport(c echo.Context) error {
-	format := gc.FormatJSON
+	format := reports.FormatJSON
 	if v := c.QueryParam("format"); v != "" {
-		f, err := gc.ParseFormat(v, gc.FormatJSON, gc.FormatCSV)
+		f, err := reports.ParseFormat(v, reports.FormatJSON, reports.FormatCSV)
 		if err != nil {
 			return err
 		}
@@ -44,18 +44,18 @@ func (s *Server) getReport(c echo.Context) error {
 		limit = n
 	}
 	ctx := c.Request().Context()
-	rows, err := gc.OpenReport(ctx, s.DB, c.Param("name"), limit)
+	rows, err := reports.Open(ctx, s.DB, c.Param("name"), limit)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	h := c.Response().Header()
 	switch format {
-	case gc.FormatCSV:
+	case reports.FormatCSV:
 		h.Set(echo.HeaderContentType, "text/csv; charset=utf-8")
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+rows.Report.Name+`.csv"`)
 	default:
-		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSONCharsetUTF8)
+		h.Set(echo.HeaderContentType, mimeJSONUTF8)
 	}
 	c.Response().WriteHeader(http.StatusOK)
 	if err := rows.Write(c.Response(), format); err != nil {
@@ -65,3 +65,7 @@ func (s *Server) getReport(c echo.Context) error {
 	}
 	return nil
 }
+
+// mimeJSONUTF8 is the Content-Type the report route has always answered with
+// (echo deprecated its constant of the same value).
+const mimeJSONUTF8 = "application/json; charset=UTF-8"

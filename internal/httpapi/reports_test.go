@@ -10,7 +10,7 @@ import (
 func TestReportsAPI(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t)
-	aliceID, alice := e.tenantUser("alice")
+	aliceID, alice := e.newTenant("alice")
 	ctx := t.Context()
 	// alice owns one referenced and one orphan lock; bob owns nothing.
 	var bobID, appLock string

@@ -1,12 +1,11 @@
 package httpapi
 
 import (
-	"encoding/base64"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/repostate"
 )
 
@@ -14,7 +13,7 @@ import (
 // (internal/repostate). Branch and tag names may contain '/': clients send
 // it percent-encoded (%2F) inside a path segment.
 func (s *Server) registerRepositoryRoutes() {
-	h := repoHandlers{svc: repostate.NewPostgres(s.DB, repostate.Config{Logger: s.Logger})}
+	h := repoHandlers{svc: s.cfg.Repositories}
 	t := tenantRoutes{s}
 	t.add(http.MethodPost, "/repositories", h.create)
 	t.add(http.MethodGet, "/repositories", h.list)
@@ -41,33 +40,27 @@ type repoHandlers struct {
 	svc *repostate.Service
 }
 
-// nameToken encodes the last name of a page as an opaque page token.
-func nameToken(last string, more bool) string {
+// nameToken is the page token after the last name of a page of the list
+// kind/scope, or "" when there is no next page.
+func nameToken(kind, scope, last string, more bool) string {
 	if !more {
 		return ""
 	}
-	return base64.RawURLEncoding.EncodeToString([]byte(last))
+	return pagetoken.Encode(kind, scope, pagetoken.Name{Name: last})
 }
 
-func parseNameToken(token string) (string, error) {
-	if token == "" {
-		return "", nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) == 0 {
-		return "", repolock.Errorf(repolock.EInvalid, "page_token is not valid")
-	}
-	return string(b), nil
-}
-
-// listParams reads page_size and page_token.
-func listParams(c echo.Context) (after string, size int, err error) {
+// listParams reads page_size and page_token of the list kind/scope, and
+// returns the name to list after ("" for the first page).
+func listParams(c echo.Context, kind, scope string) (after string, size int, err error) {
 	p, err := ParsePage(c)
 	if err != nil {
 		return "", 0, err
 	}
-	after, err = parseNameToken(p.Token)
-	return after, p.Size, err
+	cur, _, err := pagetoken.Decode[pagetoken.Name](kind, scope, p.Token)
+	if err != nil {
+		return "", 0, err
+	}
+	return cur.Name, p.Size, nil
 }
 
 type createRepositoryRequest struct {
@@ -93,7 +86,8 @@ func (h repoHandlers) create(c echo.Context) error {
 }
 
 func (h repoHandlers) list(c echo.Context) error {
-	after, size, err := listParams(c)
+	scope := Tenant(c).ID
+	after, size, err := listParams(c, pagetoken.KindRepositories, scope)
 	if err != nil {
 		return err
 	}
@@ -105,7 +99,7 @@ func (h repoHandlers) list(c echo.Context) error {
 	if len(items) > 0 {
 		last = items[len(items)-1].Name
 	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Repository]{Items: items, NextPageToken: nameToken(last, more)})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Repository]{Items: items, NextPageToken: nameToken(pagetoken.KindRepositories, scope, last, more)})
 }
 
 func (h repoHandlers) get(c echo.Context) error {
@@ -142,7 +136,8 @@ func (h repoHandlers) createBranch(c echo.Context) error {
 }
 
 func (h repoHandlers) listBranches(c echo.Context) error {
-	after, size, err := listParams(c)
+	scope := pagetoken.Scope(Tenant(c).ID, c.Param("name"))
+	after, size, err := listParams(c, pagetoken.KindBranches, scope)
 	if err != nil {
 		return err
 	}
@@ -154,7 +149,7 @@ func (h repoHandlers) listBranches(c echo.Context) error {
 	if len(items) > 0 {
 		last = items[len(items)-1].Name
 	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Branch]{Items: items, NextPageToken: nameToken(last, more)})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Branch]{Items: items, NextPageToken: nameToken(pagetoken.KindBranches, scope, last, more)})
 }
 
 func (h repoHandlers) getBranch(c echo.Context) error {
@@ -237,7 +232,8 @@ func (h repoHandlers) log(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	from, size, err := listParams(c)
+	scope := pagetoken.Scope(Tenant(c).ID, c.Param("name"), branch)
+	from, size, err := listParams(c, pagetoken.KindCommits, scope)
 	if err != nil {
 		return err
 	}
@@ -245,7 +241,7 @@ func (h repoHandlers) log(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Commit]{Items: items, NextPageToken: nameToken(next, next != "")})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Commit]{Items: items, NextPageToken: nameToken(pagetoken.KindCommits, scope, next, next != "")})
 }
 
 func (h repoHandlers) getCommit(c echo.Context) error {
@@ -274,7 +270,8 @@ func (h repoHandlers) createTag(c echo.Context) error {
 }
 
 func (h repoHandlers) listTags(c echo.Context) error {
-	after, size, err := listParams(c)
+	scope := pagetoken.Scope(Tenant(c).ID, c.Param("name"))
+	after, size, err := listParams(c, pagetoken.KindTags, scope)
 	if err != nil {
 		return err
 	}
@@ -286,7 +283,7 @@ func (h repoHandlers) listTags(c echo.Context) error {
 	if len(items) > 0 {
 		last = items[len(items)-1].Name
 	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Tag]{Items: items, NextPageToken: nameToken(last, more)})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Tag]{Items: items, NextPageToken: nameToken(pagetoken.KindTags, scope, last, more)})
 }
 
 func (h repoHandlers) getTag(c echo.Context) error {

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // routes registers every route. Domain packages add theirs through a
@@ -25,8 +25,8 @@ func (s *Server) routes() {
 	s.Admin = s.V1.Group("/admin", s.requireAdmin)
 
 	s.V1.GET("/me", s.me, s.requireTenant)
-	s.Admin.POST("/users", s.createUser)
-	s.Admin.GET("/users", s.listUsers)
+	s.Admin.POST("/users", s.createTenant)
+	s.Admin.GET("/users", s.listTenants)
 	s.Admin.DELETE("/users/:name/tokens", s.revokeTokens)
 	s.Admin.POST("/users/:name/tokens", s.issueToken)
 
@@ -56,38 +56,38 @@ func (s *Server) me(c echo.Context) error {
 	return c.JSON(http.StatusOK, Tenant(c))
 }
 
-type createUserRequest struct {
+type createTenantRequest struct {
 	Name        string `json:"name"`
 	DisplayName string `json:"display_name"`
 }
 
-type createUserResponse struct {
-	users.User
+type createTenantResponse struct {
+	tenants.Tenant
 	Token string `json:"token"`
 }
 
-func (s *Server) createUser(c echo.Context) error {
-	var req createUserRequest
+func (s *Server) createTenant(c echo.Context) error {
+	var req createTenantRequest
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	u, token, err := users.Create(c.Request().Context(), s.DB, req.Name, req.DisplayName)
+	u, token, err := tenants.Create(c.Request().Context(), s.DB, req.Name, req.DisplayName)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, createUserResponse{User: u, Token: token})
+	return c.JSON(http.StatusCreated, createTenantResponse{Tenant: u, Token: token})
 }
 
-func (s *Server) listUsers(c echo.Context) error {
-	us, err := users.List(c.Request().Context(), s.DB)
+func (s *Server) listTenants(c echo.Context) error {
+	us, err := tenants.List(c.Request().Context(), s.DB)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ListResponse[users.User]{Items: us})
+	return c.JSON(http.StatusOK, ListResponse[tenants.Tenant]{Items: us})
 }
 
 func (s *Server) revokeTokens(c echo.Context) error {
-	n, err := users.RevokeTokens(c.Request().Context(), s.DB, c.Param("name"))
+	n, err := tenants.RevokeTokens(c.Request().Context(), s.DB, c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (s *Server) revokeTokens(c echo.Context) error {
 }
 
 func (s *Server) issueToken(c echo.Context) error {
-	token, err := users.IssueToken(c.Request().Context(), s.DB, c.Param("name"))
+	token, err := tenants.IssueToken(c.Request().Context(), s.DB, c.Param("name"))
 	if err != nil {
 		return err
 	}

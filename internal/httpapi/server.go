@@ -7,6 +7,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,10 +18,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/syncstate"
 )
 
-// Config configures a Server.
+// Config configures a Server. The caller (cmd/api) builds every service the
+// server serves and hands it over here; the server builds none itself.
 type Config struct {
+	// DB is the pool the function-style domain packages (tenants, locks,
+	// apps, reports, gc run records) run on, and what /readyz pings.
 	DB     *database.DB
 	Logger *slog.Logger
 	// AdminToken authorizes /v1/admin/... routes. Required.
@@ -29,11 +36,18 @@ type Config struct {
 	RequestTimeout time.Duration
 	// BodyLimit caps request bodies in bytes (default 1 MiB).
 	BodyLimit int64
-	// Registry receives the server's metrics; a new one is made when nil.
+	// Registry is the process's metrics registry, owned by the caller: the
+	// server registers its HTTP and database pool metrics on it (once; a
+	// second server on the same registry is an error) and serves it on
+	// /metrics. Required.
 	Registry *prometheus.Registry
-	// Hooks lets other components (the GC loop, for instance) add routes
-	// after the built-in ones; each is called once with the server.
-	Hooks []func(*Server)
+	// Repositories serves /v1/repositories (internal/repostate). Required.
+	Repositories *repostate.Service
+	// Sync serves /v1/sync (internal/syncstate). Required.
+	Sync *syncstate.Store
+	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
+	// scheduled loop of serve runs on the same one. Required.
+	GC *gc.Collector
 }
 
 // Server is the HTTP API.
@@ -53,11 +67,15 @@ type Server struct {
 
 // New builds a Server with every route registered.
 func New(cfg Config) (*Server, error) {
-	if cfg.DB == nil {
+	switch {
+	case cfg.DB == nil:
 		return nil, errors.New("httpapi: Config.DB is required")
-	}
-	if cfg.AdminToken == "" {
+	case cfg.AdminToken == "":
 		return nil, errors.New("httpapi: Config.AdminToken is required")
+	case cfg.Registry == nil:
+		return nil, errors.New("httpapi: Config.Registry is required")
+	case cfg.Repositories == nil || cfg.Sync == nil || cfg.GC == nil:
+		return nil, errors.New("httpapi: Config.Repositories, Config.Sync and Config.GC are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -68,11 +86,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = 1 << 20
 	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
-		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := newHTTPMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
 	}
-	cfg.Registry.MustRegister(collectors.NewDBStatsCollector(cfg.DB.DB.DB, "repolock"))
+	if err := cfg.Registry.Register(collectors.NewDBStatsCollector(cfg.DB.DB.DB, "repolock")); err != nil {
+		return nil, fmt.Errorf("httpapi: register the database pool metrics: %w", err)
+	}
 
 	e := echo.New()
 	e.HideBanner = true
@@ -83,13 +103,10 @@ func New(cfg Config) (*Server, error) {
 		Logger:   cfg.Logger,
 		Registry: cfg.Registry,
 		cfg:      cfg,
-		metrics:  newHTTPMetrics(cfg.Registry),
+		metrics:  metrics,
 	}
 	e.HTTPErrorHandler = s.handleError
 	s.routes()
-	for _, h := range cfg.Hooks {
-		h(s)
-	}
 	return s, nil
 }
 
@@ -106,6 +123,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, shutdownTimeout tim
 		WriteTimeout:      s.cfg.RequestTimeout + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
+		// Connection states at debug level: what an operator (or the
+		// graceful-shutdown test) reads to see a request in flight.
+		ConnState: func(c net.Conn, st http.ConnState) {
+			s.Logger.Debug("http connection", "state", st.String(), "remote", c.RemoteAddr().String())
+		},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

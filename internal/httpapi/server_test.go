@@ -16,9 +16,10 @@ import (
 
 func TestFaultsBecomeCleanJSONErrors(t *testing.T) {
 	t.Parallel()
-	e := newAPIEnv(t, withRequestTimeout(200*time.Millisecond), withLogs(), withHooks(func(s *httpapi.Server) {
+	e := newAPIEnv(t, withRequestTimeout(200*time.Millisecond), withLogs(), withRoutes(func(s *httpapi.Server) {
 		s.Admin.GET("/test/panic", func(c echo.Context) error { panic("kaboom: secret stack detail") })
-		s.Admin.GET("/test/internal", func(c echo.Context) error {
+		s.Admin.GET("/test/internal", func(c echo.Context) (err error) {
+			defer repolock.WrapOp(&err, "test.Internal")
 			return errors.New(`pq: relation "secret_table" does not exist`)
 		})
 		s.Admin.GET("/test/slow", func(c echo.Context) error {
@@ -56,7 +57,8 @@ func TestFaultsBecomeCleanJSONErrors(t *testing.T) {
 		t.Fatalf("details not in the error body: %v", errorOf(resp))
 	}
 	// The causes are in the logs (for operators), not in responses.
-	for _, want := range []string{"kaboom: secret stack detail", "secret_table", `"stack"`} {
+	// A 500's log line names the failed operation; its body does not.
+	for _, want := range []string{"kaboom: secret stack detail", "secret_table", `"stack"`, `"op":"test.Internal"`, `"error":"test.Internal: pq: relation`} {
 		if !strings.Contains(e.logs.String(), want) {
 			t.Errorf("logs lack %q", want)
 		}

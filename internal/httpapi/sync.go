@@ -13,7 +13,7 @@ import (
 // host cursors, repository rev indicators and the needs-index query.
 // Repository ids containing '/' are sent percent-encoded (%2F).
 func (s *Server) registerSyncRoutes() {
-	h := syncHandlers{store: syncstate.New(s.DB, syncstate.Options{Logger: s.Logger})}
+	h := syncHandlers{store: s.cfg.Sync}
 	t := tenantRoutes{s}
 	t.add(http.MethodPut, "/sync/hosts/:host", h.putHost)
 	t.add(http.MethodGet, "/sync/hosts", h.listHosts)

@@ -34,6 +34,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // Lock is a tenant's ownership lock on a normalized repository URL, with the
@@ -48,13 +49,19 @@ type Lock struct {
 	CreatedAt             time.Time `db:"created_at" json:"created_at"`
 }
 
-// Event names recorded in repository_lock_events.
+// Event names recorded in repository_lock_events. Every statement that
+// records an event lives in this package and spells the name with these
+// constants.
 const (
 	EventAcquired  = "acquired"  // a tenant created a lock
 	EventDenied    = "denied"    // a tenant asked for a URL another tenant owns
 	EventReleased  = "released"  // a lock lost its last reference (or its tenant was deleted)
 	EventCollected = "collected" // the global GC deleted an unreferenced lock
 )
+
+// eventColumns are the columns every event insert fills.
+const eventColumns = `repository_lock_events
+	(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)`
 
 // maxAcquireAttempts bounds Acquire's loop. Each extra round is caused by a
 // lock that was deleted between two of Acquire's statements; needing more
@@ -84,7 +91,7 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-func validateUserID(id string) error {
+func validateTenantID(id string) error {
 	if id == "" {
 		return repolock.Errorf(repolock.EInvalid, "acquiring user is empty")
 	}
@@ -107,9 +114,8 @@ const NewLockCTE = `lock AS (
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
 ), lock_event AS (
-	INSERT INTO repository_lock_events
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-	SELECT 'acquired', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
+	INSERT INTO ` + eventColumns + `
+	SELECT '` + EventAcquired + `', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
 	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
 )`
 
@@ -133,63 +139,75 @@ WITH owner AS (
 	FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 	WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2
 ), event AS (
-	INSERT INTO repository_lock_events
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-	SELECT 'denied', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
+	INSERT INTO ` + eventColumns + `
+	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
 	FROM owner
 )
 SELECT name FROM owner`
 
+// Acquisition is the outcome of AcquireRepositoryCredentialURL.
+type Acquisition struct {
+	// LockID is the lock the caller now holds ("" when not Acquired).
+	LockID string
+	// Acquired is false when another tenant owns the URL.
+	Acquired bool
+	// Owner is the owning tenant's name when not Acquired.
+	Owner string
+}
+
 // AcquireRepositoryCredentialURL acquires the lock on the normalized
-// repository URL key for the tenant whose id is acquiringUser.
+// repository URL key for the tenant whose id is tenantID.
 //
 //   - The URL is free: a lock is created (and an "acquired" event recorded);
-//     it returns (id, true, "", nil). This is one statement.
-//   - The caller already owns it: it returns (existing id, true, "", nil) and
+//     it returns {LockID: id, Acquired: true}. This is one statement.
+//   - The caller already owns it: it returns {LockID: existing id,
+//     Acquired: true} and
 //     holds FOR KEY SHARE on the lock row until q's transaction ends, so a
 //     concurrent Release cannot delete it before the caller has written its
 //     reference.
 //   - Another tenant owns it: it records a "denied" event and returns
-//     ("", false, owner's name, nil). ClaimedError(owner) is the error to give
-//     the caller.
+//     {Owner: owner's name}. ClaimedError(Owner) is the error to give the
+//     caller.
 //
 // Call it in the transaction that writes the reference row: the guarantee
 // that the lock outlives the reference insert holds only until q commits.
 // The events are written through q too; a caller that wants a denial audited
 // must commit q (internal/apps does).
-func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, acquiringUser, key string) (lockID string, acquired bool, owner string, err error) {
-	if err := validateUserID(acquiringUser); err != nil {
-		return "", false, "", err
+func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, tenantID, key string) (_ Acquisition, err error) {
+	defer repolock.WrapOp(&err, "locks.AcquireRepositoryCredentialURL")
+	if err := validateTenantID(tenantID); err != nil {
+		return Acquisition{}, err
 	}
 	if err := ValidateKey(key); err != nil {
-		return "", false, "", err
+		return Acquisition{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, acquiringUser)
+		var lockID, owner string
+		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, tenantID)
 		if err == nil {
-			return lockID, true, "", nil
+			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
 		if !database.IsNoRows(err) {
-			return "", false, "", mapAcquireError(err)
+			return Acquisition{}, mapAcquireError(err)
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
-		err = get(ctx, q, &lockID, ownLockSQL, key, acquiringUser)
+		err = get(ctx, q, &lockID, ownLockSQL, key, tenantID)
 		if err == nil {
-			return lockID, true, "", nil
+			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
 		if !database.IsNoRows(err) {
-			return "", false, "", database.MapError(err)
+			return Acquisition{}, database.MapError(err)
 		}
-		err = get(ctx, q, &owner, deniedSQL, key, acquiringUser)
+		err = get(ctx, q, &owner, deniedSQL, key, tenantID)
 		if err == nil {
-			return "", false, owner, nil
+			return Acquisition{Owner: owner}, nil
 		}
 		if !database.IsNoRows(err) {
-			return "", false, "", database.MapError(err)
+			return Acquisition{}, database.MapError(err)
 		}
 	}
-	return "", false, "", repolock.Errorf(repolock.EConflict,
+	return Acquisition{}, repolock.Errorf(repolock.EConflict,
 		"the lock on %s changed hands %d times while acquiring it; try again", key, maxAcquireAttempts)
 }
 
@@ -220,14 +238,11 @@ const lockForReleaseSQL = `SELECT id FROM RepositoryLockOwner WHERE id = $1 FOR 
 const releaseSQL = `
 WITH gone AS (
 	DELETE FROM RepositoryLockOwner o
-	WHERE o.id = $1
-	  AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication a WHERE a.lock_id = o.id)
-	  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential c WHERE c.lock_id = o.id)
+	WHERE o.id = $1 AND ` + UnreferencedSQL + `
 	RETURNING o.id, o.git_repository_url, o.cluster_user_id
 ), event AS (
-	INSERT INTO repository_lock_events
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
-	SELECT 'released', gone.id, gone.git_repository_url, gone.cluster_user_id, u.name, gone.cluster_user_id, u.name
+	INSERT INTO ` + eventColumns + `
+	SELECT '` + EventReleased + `', gone.id, gone.git_repository_url, gone.cluster_user_id, u.name, gone.cluster_user_id, u.name
 	FROM gone LEFT JOIN cluster_users u ON u.id = gone.cluster_user_id
 )
 SELECT count(*) FROM gone`
@@ -245,6 +260,7 @@ SELECT count(*) FROM gone`
 // is still safe (the foreign keys refuse to delete a referenced lock, which
 // it reports as false), only less precise.
 func Release(ctx context.Context, q database.Querier, lockID string) (released bool, err error) {
+	defer repolock.WrapOp(&err, "locks.Release")
 	if _, err := uuid.Parse(lockID); err != nil {
 		return false, repolock.Errorf(repolock.EInvalid, "lock id is not valid")
 	}
@@ -274,12 +290,13 @@ const lockColumns = `
 
 // Get returns the tenant's lock lockID. Another tenant's lock, or a malformed
 // id, is not found.
-func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (Lock, error) {
+func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (_ Lock, err error) {
+	defer repolock.WrapOp(&err, "locks.Get")
 	if _, err := uuid.Parse(lockID); err != nil {
 		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
 	}
 	var l Lock
-	err := q.GetContext(ctx, &l, `SELECT `+lockColumns+`
+	err = q.GetContext(ctx, &l, `SELECT `+lockColumns+`
 		FROM RepositoryLockOwner o WHERE o.id = $1 AND o.cluster_user_id = $2`, lockID, tenantID)
 	if database.IsNoRows(err) {
 		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
@@ -289,8 +306,9 @@ func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (Lock
 
 // List returns one page of the tenant's locks in creation order, and the
 // token of the next page ("" after the last).
-func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) ([]Lock, string, error) {
-	after, err := DecodePageToken(KindLocks, pageToken)
+func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Lock, _ string, err error) {
+	defer repolock.WrapOp(&err, "locks.List")
+	after, err := pagetoken.DecodeTimeID(pagetoken.KindLocks, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
 	}
@@ -307,7 +325,7 @@ func List(ctx context.Context, q database.Querier, tenantID string, pageSize int
 	if len(ls) > pageSize {
 		ls = ls[:pageSize]
 		last := ls[len(ls)-1]
-		next = EncodePageToken(KindLocks, Cursor{CreatedAt: last.CreatedAt, ID: last.ID})
+		next = pagetoken.Encode(pagetoken.KindLocks, tenantID, pagetoken.TimeID{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
 	return ls, next, nil
 }
@@ -317,8 +335,8 @@ type Owner struct {
 	LockID            string    `db:"id" json:"lock_id"`
 	NormalizedURL     string    `db:"git_repository_url" json:"normalized_url"`
 	NormalizerVersion int       `db:"normalizer_version" json:"normalizer_version"`
-	UserID            string    `db:"cluster_user_id" json:"user_id"`
-	UserName          string    `db:"user_name" json:"user"`
+	TenantID          string    `db:"cluster_user_id" json:"user_id"`
+	TenantName        string    `db:"user_name" json:"user"`
 	Applications      int       `db:"applications" json:"applications"`
 	Credentials       int       `db:"repository_credentials" json:"repository_credentials"`
 	CreatedAt         time.Time `db:"created_at" json:"created_at"`
@@ -327,12 +345,13 @@ type Owner struct {
 // OwnerOf returns the lock on a normalized URL and its owner, or not found
 // when the URL is free. It is an operator's lookup: it names the owner
 // whoever asks.
-func OwnerOf(ctx context.Context, q database.Querier, key string) (Owner, error) {
+func OwnerOf(ctx context.Context, q database.Querier, key string) (_ Owner, err error) {
+	defer repolock.WrapOp(&err, "locks.OwnerOf")
 	if err := ValidateKey(key); err != nil {
 		return Owner{}, err
 	}
 	var o Owner
-	err := q.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
+	err = q.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
 		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 		WHERE o.git_repository_url = $1`, key)
 	if database.IsNoRows(err) {

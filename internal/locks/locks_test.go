@@ -14,28 +14,20 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/pagetoken"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
-func newTenant(t *testing.T, db *database.DB, name string) users.User {
-	t.Helper()
-	u, _, err := users.Create(context.Background(), db, name, "")
-	if err != nil {
-		t.Fatalf("create tenant %s: %v", name, err)
-	}
-	return u
-}
-
 type event struct {
-	Event     string         `db:"event"`
-	LockID    sql.NullString `db:"lock_id"`
-	URL       string         `db:"git_repository_url"`
-	UserName  sql.NullString `db:"cluster_user_name"`
-	OwnerName sql.NullString `db:"owner_user_name"`
+	Event      string         `db:"event"`
+	LockID     sql.NullString `db:"lock_id"`
+	URL        string         `db:"git_repository_url"`
+	TenantName sql.NullString `db:"cluster_user_name"`
+	OwnerName  sql.NullString `db:"owner_user_name"`
 }
 
 func (e event) String() string {
-	return fmt.Sprintf("%s %s by %s owner %s", e.Event, e.URL, e.UserName.String, e.OwnerName.String)
+	return fmt.Sprintf("%s %s by %s owner %s", e.Event, e.URL, e.TenantName.String, e.OwnerName.String)
 }
 
 func events(t *testing.T, q database.Querier, key string) []string {
@@ -97,22 +89,25 @@ func TestAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/app"
 
-	id1, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	id1, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id1 == "" {
 		t.Fatalf("first acquire: %q %v %q %v", id1, acquired, owner, err)
 	}
 	// The same tenant again: the existing lock (the design's pseudocode
 	// would refuse this).
-	id2, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	acq, err = locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	id2, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id2 != id1 {
 		t.Fatalf("re-acquire: %q %v %q %v, want %q true", id2, acquired, owner, err, id1)
 	}
 	// Another tenant: denied, naming the owner.
-	id3, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key)
+	acq, err = locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key)
+	id3, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || acquired || owner != "alice" || id3 != "" {
 		t.Fatalf("other tenant: %q %v %q %v, want \"\" false alice nil", id3, acquired, owner, err)
 	}
@@ -133,7 +128,7 @@ func TestAcquireRejects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name, user, key string
 		code            repolock.Code
@@ -148,7 +143,8 @@ func TestAcquireRejects(t *testing.T) {
 		{"invalid URL", alice.ID, "not a url", repolock.EInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			id, acquired, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, tc.user, tc.key)
+			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, tc.user, tc.key)
+			id, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 			if repolock.ErrorCode(err) != tc.code || id != "" || acquired || owner != "" {
 				t.Fatalf("got %q %v %q %v, want code %s", id, acquired, owner, err, tc.code)
 			}
@@ -171,26 +167,27 @@ func TestAcquireRace(t *testing.T) {
 	// more would eat into Postgres' max_connections, which every test
 	// process shares.
 	db.SetMaxOpenConns(16)
-	const tenants, perTenant, urls = 8, 4, 50
-	us := make([]users.User, tenants)
+	const nTenants, perTenant, urls = 8, 4, 50
+	us := make([]tenants.Tenant, nTenants)
 	for i := range us {
-		us[i] = newTenant(t, db, fmt.Sprintf("t%d", i))
+		us[i] = dbtest.NewTenant(t, db, fmt.Sprintf("t%d", i))
 	}
 	type result struct {
 		user, key, lockID, owner string
 		acquired                 bool
 	}
-	results := make(chan result, tenants*perTenant*urls)
+	results := make(chan result, nTenants*perTenant*urls)
 	var wg sync.WaitGroup
-	errc := make(chan error, tenants*perTenant)
-	for i := 0; i < tenants; i++ {
+	errc := make(chan error, nTenants*perTenant)
+	for i := 0; i < nTenants; i++ {
 		for g := 0; g < perTenant; g++ {
 			wg.Add(1)
-			go func(u users.User, g int) {
+			go func(u tenants.Tenant, g int) {
 				defer wg.Done()
 				for j := 0; j < urls; j++ {
 					k := fmt.Sprintf("git.example.com/race/r%d", (j+g*7)%urls)
-					id, ok, owner, err := locks.AcquireRepositoryCredentialURL(ctx, db, u.ID, k)
+					acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, u.ID, k)
+					id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 					if err != nil {
 						errc <- err
 						return
@@ -234,7 +231,7 @@ func TestAcquireRace(t *testing.T) {
 			t.Errorf("%s on %s: got acquired=%v owner=%q, want denied by %s", r.user, r.key, r.acquired, r.owner, o.Name)
 		}
 	}
-	if n != tenants*perTenant*urls {
+	if n != nTenants*perTenant*urls {
 		t.Fatalf("%d results", n)
 	}
 	var acquiredEvents int
@@ -247,11 +244,12 @@ func TestRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
+	alice := dbtest.NewTenant(t, db, "alice")
 
 	t.Run("unreferenced", func(t *testing.T) {
 		const key = "github.com/rel/free"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +272,8 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by an application", func(t *testing.T) {
 		const key = "github.com/rel/app"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +292,8 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by a credential", func(t *testing.T) {
 		const key = "github.com/rel/cred"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,8 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("the foreign key refuses to delete a referenced lock", func(t *testing.T) {
 		const key = "github.com/rel/fk"
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,11 +365,12 @@ type acquireResult struct {
 // acquireBlocked starts AcquireRepositoryCredentialURL in tx (whose backend
 // is pid) on another goroutine and returns once that call is blocked on a
 // row lock; its result arrives on the returned channel.
-func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, userID, key string) <-chan acquireResult {
+func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, tenantID, key string) <-chan acquireResult {
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {
-		id, ok, owner, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, userID, key)
+		acq, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, tenantID, key)
+		id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
 	}()
 	waitUntilBlocked(t, db, pid, func() bool { return len(done) > 0 })
@@ -389,181 +391,149 @@ func beginWithPID(t *testing.T, db *database.DB) (database.Tx, int) {
 	return tx, pid
 }
 
-// The interleavings of Release against an acquire by the same tenant, forced
-// one by one with two transactions.
+// The orderings of Release against an acquire, forced one by one with two
+// transactions: which transaction reaches the lock row first, who acquires,
+// and how the releasing transaction ends.
 func TestReleaseVersusAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-
-	// The acquirer found its lock and holds it while a release starts: the
-	// release waits, sees the new reference and keeps the lock.
-	t.Run("acquire first keeps the lock", func(t *testing.T) {
-		const key = "github.com/race/acquire-first"
-		lockID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acq, err := db.BeginTxx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer acq.Rollback()
-		got, ok, _, err := locks.AcquireRepositoryCredentialURL(ctx, acq, alice.ID, key)
-		if err != nil || !ok || got != lockID {
-			t.Fatalf("acquire: %q %v %v", got, ok, err)
-		}
-
-		rel, relPID := beginWithPID(t, db)
-		type res struct {
-			released bool
-			err      error
-		}
-		done := make(chan res, 1)
-		go func() {
-			r, err := locks.Release(ctx, rel, lockID)
-			done <- res{r, err}
-		}()
-		waitUntilBlocked(t, db, relPID, func() bool { return len(done) > 0 })
-		addApplicationRef(t, acq, alice.ID, "a1", key, lockID)
-		if err := acq.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		r := <-done
-		if r.err != nil || r.released {
-			t.Fatalf("release: %v %v, want false nil", r.released, r.err)
-		}
-		if err := rel.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if n := lockCount(t, db, key); n != 1 {
-			t.Fatalf("%d locks, want 1", n)
-		}
-	})
-
-	// The release deleted the lock and has not committed: the acquirer
-	// waits, then creates a fresh lock.
-	t.Run("release first makes the acquirer create a fresh lock", func(t *testing.T) {
-		const key = "github.com/race/release-first"
-		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, err := db.BeginTxx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rel.Rollback()
-		if released, err := locks.Release(ctx, rel, oldID); err != nil || !released {
-			t.Fatalf("release: %v %v", released, err)
-		}
-		acq, acqPID := beginWithPID(t, db)
-		done := acquireBlocked(t, db, acq, acqPID, alice.ID, key)
-		if err := rel.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		r := <-done
-		if r.err != nil || !r.ok || r.id == oldID || r.id == "" {
-			t.Fatalf("acquire after release: %q %v %v; want a fresh lock (old %s)", r.id, r.ok, r.err, oldID)
-		}
-		var appID string
-		if err := acq.QueryRowContext(ctx, `
-			WITH app AS (INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url) VALUES ($1, 'a2', $2, $2) RETURNING id),
-			ref AS (INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT id, $3 FROM app)
-			SELECT id FROM app`, alice.ID, key, r.id).Scan(&appID); err != nil {
-			t.Fatalf("reference to the fresh lock: %v", err)
-		}
-		if err := acq.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		var refLock string
-		if err := db.GetContext(ctx, &refLock, `SELECT lock_id FROM RepositoryLockApplication WHERE application_id = $1`, appID); err != nil || refLock != r.id {
-			t.Fatalf("reference points at %q (%v), want %q", refLock, err, r.id)
-		}
-	})
-
-	// The release rolled back: the acquirer gets the old lock.
-	t.Run("a rolled back release leaves the lock to the acquirer", func(t *testing.T) {
-		const key = "github.com/race/release-rollback"
-		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, err := db.BeginTxx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if released, err := locks.Release(ctx, rel, oldID); err != nil || !released {
-			t.Fatalf("release: %v %v", released, err)
-		}
-		acq, acqPID := beginWithPID(t, db)
-		done := acquireBlocked(t, db, acq, acqPID, alice.ID, key)
-		if err := rel.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		r := <-done
-		if r.err != nil || !r.ok || r.id != oldID {
-			t.Fatalf("acquire: %q %v %v, want the old lock %s", r.id, r.ok, r.err, oldID)
-		}
-	})
-
-	// Another tenant asking while the lock is being released waits for the
-	// outcome: after the commit it wins the URL.
-	t.Run("another tenant wins only after the release commits", func(t *testing.T) {
-		bob := newTenant(t, db, "bob")
-		const key = "github.com/race/handover"
-		oldID, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, err := db.BeginTxx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rel.Rollback()
-		if released, err := locks.Release(ctx, rel, oldID); err != nil || !released {
-			t.Fatalf("release: %v %v", released, err)
-		}
-		acq, acqPID := beginWithPID(t, db)
-		done := acquireBlocked(t, db, acq, acqPID, bob.ID, key)
-		if err := rel.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		r := <-done
-		if r.err != nil || !r.ok || r.id == oldID {
-			t.Fatalf("bob after the release: %+v", r)
-		}
-		if err := acq.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		want := []string{
-			"acquired " + key + " by alice owner alice",
-			"released " + key + " by alice owner alice",
-			"acquired " + key + " by bob owner bob",
-		}
-		if got := events(t, db, key); !equal(got, want) {
-			t.Fatalf("events %q, want %q", got, want)
-		}
-	})
+	tenantIDs := map[string]string{
+		"alice": dbtest.NewTenant(t, db, "alice").ID,
+		"bob":   dbtest.NewTenant(t, db, "bob").ID,
+	}
+	tests := []struct {
+		name string
+		// first is the transaction that takes the lock row first: "acquire"
+		// (the acquirer holds FOR KEY SHARE, the release waits) or
+		// "release" (the release deleted the row, the acquirer waits).
+		first    string
+		acquirer string
+		// rollback ends the releasing transaction with a rollback.
+		rollback bool
+		// wantFresh: the acquirer ends with a new lock, not the old one.
+		wantFresh bool
+		// wantEvents, when set, are the key's events in order.
+		wantEvents []string
+	}{
+		{name: "acquire first keeps the lock", first: "acquire", acquirer: "alice"},
+		{name: "release first makes the acquirer create a fresh lock", first: "release", acquirer: "alice", wantFresh: true},
+		{name: "a rolled back release leaves the lock to the acquirer", first: "release", acquirer: "alice", rollback: true},
+		{name: "another tenant wins only after the release commits", first: "release", acquirer: "bob", wantFresh: true,
+			wantEvents: []string{"acquired %s by alice owner alice", "released %s by alice owner alice", "acquired %s by bob owner bob"}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("github.com/race/ordering-%d", i)
+			acquirerID := tenantIDs[tc.acquirer]
+			old, err := locks.AcquireRepositoryCredentialURL(ctx, db, tenantIDs["alice"], key)
+			if err != nil || !old.Acquired {
+				t.Fatalf("first acquire: %+v %v", old, err)
+			}
+			endRelease := func(rel database.Tx) {
+				t.Helper()
+				end := rel.Commit
+				if tc.rollback {
+					end = rel.Rollback
+				}
+				if err := end(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var (
+				acq    database.Tx
+				lockID string
+			)
+			switch tc.first {
+			case "acquire":
+				acq, _ = beginWithPID(t, db)
+				got, err := locks.AcquireRepositoryCredentialURL(ctx, acq, acquirerID, key)
+				if err != nil || !got.Acquired {
+					t.Fatalf("acquire: %+v %v", got, err)
+				}
+				lockID = got.LockID
+				rel, relPID := beginWithPID(t, db)
+				type res struct {
+					released bool
+					err      error
+				}
+				done := make(chan res, 1)
+				go func() {
+					r, err := locks.Release(ctx, rel, old.LockID)
+					done <- res{r, err}
+				}()
+				waitUntilBlocked(t, db, relPID, func() bool { return len(done) > 0 })
+				addApplicationRef(t, acq, acquirerID, fmt.Sprintf("app-%d", i), key, lockID)
+				if err := acq.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if r := <-done; r.err != nil || r.released {
+					t.Fatalf("release: %v %v, want false nil (the new reference keeps the lock)", r.released, r.err)
+				}
+				endRelease(rel)
+			case "release":
+				rel, _ := beginWithPID(t, db)
+				if released, err := locks.Release(ctx, rel, old.LockID); err != nil || !released {
+					t.Fatalf("release: %v %v", released, err)
+				}
+				var acqPID int
+				acq, acqPID = beginWithPID(t, db)
+				done := acquireBlocked(t, db, acq, acqPID, acquirerID, key)
+				endRelease(rel)
+				r := <-done
+				if r.err != nil || !r.ok || r.id == "" {
+					t.Fatalf("acquire after the release ended: %+v", r)
+				}
+				lockID = r.id
+				addApplicationRef(t, acq, acquirerID, fmt.Sprintf("app-%d", i), key, lockID)
+				if err := acq.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fresh := lockID != old.LockID; fresh != tc.wantFresh {
+				t.Fatalf("acquirer got %s (old %s): fresh = %v, want %v", lockID, old.LockID, fresh, tc.wantFresh)
+			}
+			var refLock, owner string
+			if err := db.QueryRowContext(ctx, `
+				SELECT r.lock_id, u.name FROM RepositoryLockApplication r
+				JOIN RepositoryLockOwner o ON o.id = r.lock_id JOIN cluster_users u ON u.id = o.cluster_user_id
+				WHERE o.git_repository_url = $1`, key).Scan(&refLock, &owner); err != nil || refLock != lockID || owner != tc.acquirer {
+				t.Fatalf("reference points at %q of %q (%v), want %q of %q", refLock, owner, err, lockID, tc.acquirer)
+			}
+			if n := lockCount(t, db, key); n != 1 {
+				t.Fatalf("%d locks on %s, want 1", n, key)
+			}
+			if tc.wantEvents != nil {
+				want := make([]string, len(tc.wantEvents))
+				for i, e := range tc.wantEvents {
+					want[i] = fmt.Sprintf(e, key)
+				}
+				if got := events(t, db, key); !equal(got, want) {
+					t.Fatalf("events %q, want %q", got, want)
+				}
+			}
+		})
+	}
 }
 
 func TestGetAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	bob := newTenant(t, db, "bob")
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
 
 	var ids []string
 	for i := 0; i < 7; i++ {
-		id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
+		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
+		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
-	bobLock, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, "github.com/list/bob")
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, "github.com/list/bob")
+	bobLock := acq.LockID
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,8 +584,17 @@ func TestGetAndList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherKind := locks.EncodePageToken(locks.KindApplications, locks.Cursor{CreatedAt: time.Now(), ID: ids[0]})
-	for _, tok := range []string{"x", "!!!", "e30", appToken[:len(appToken)-2], otherKind} {
+	otherKind := pagetoken.Encode(pagetoken.KindApplications, alice.ID, pagetoken.TimeID{CreatedAt: time.Now(), ID: ids[0]})
+	// Bob's token, used by alice.
+	_, bobToken, err := locks.List(ctx, db, bob.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bobToken != "" {
+		t.Fatalf("bob has one lock, but a next page: %q", bobToken)
+	}
+	otherTenant := pagetoken.Encode(pagetoken.KindLocks, bob.ID, pagetoken.TimeID{CreatedAt: time.Now(), ID: ids[0]})
+	for _, tok := range []string{"x", "!!!", "e30", "W1tbW1tb", appToken[:len(appToken)-2], otherKind, otherTenant} {
 		_, _, err := locks.List(ctx, db, alice.ID, 10, tok)
 		if repolock.ErrorCode(err) != repolock.EInvalid {
 			t.Errorf("token %q: %v, want invalid_argument", tok, err)
@@ -627,13 +606,14 @@ func TestOwnerOf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := newTenant(t, db, "alice")
-	id, _, _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
+	alice := dbtest.NewTenant(t, db, "alice")
+	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
+	id := acq.LockID
 	if err != nil {
 		t.Fatal(err)
 	}
 	o, err := locks.OwnerOf(ctx, db, "github.com/o/r")
-	if err != nil || o.LockID != id || o.UserName != "alice" || o.UserID != alice.ID || o.NormalizedURL != "github.com/o/r" {
+	if err != nil || o.LockID != id || o.TenantName != "alice" || o.TenantID != alice.ID || o.NormalizedURL != "github.com/o/r" {
 		t.Fatalf("owner: %+v %v", o, err)
 	}
 	if _, err := locks.OwnerOf(ctx, db, "github.com/o/free"); repolock.ErrorCode(err) != repolock.ENotFound {
@@ -651,5 +631,60 @@ func TestClaimedError(t *testing.T) {
 		repolock.ErrorMessage(err) != "a repository URL is already claimed by another user: bob" ||
 		repolock.ErrorDetails(err)["owner"] != "bob" {
 		t.Fatalf("%v %v", err, repolock.ErrorDetails(err))
+	}
+}
+
+// DeleteUnreferenced deletes only the unreferenced locks it is given and
+// records a collected event for each; ReleaseAllForTenant releases every
+// lock of a tenant with a released event each.
+func TestDeleteUnreferencedAndReleaseAll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
+	orphan := dbtest.NewLock(t, db, alice.ID, "github.com/del/orphan", time.Hour)
+	appRef := dbtest.NewLock(t, db, alice.ID, "github.com/del/app", time.Hour)
+	dbtest.NewApplication(t, db, alice.ID, "app", appRef)
+	credRef := dbtest.NewLock(t, db, alice.ID, "github.com/del/cred", time.Hour)
+	dbtest.NewCredential(t, db, alice.ID, "cred", credRef)
+	dbtest.NewLock(t, db, alice.ID, "github.com/del/not-given", time.Hour)
+	bobs := dbtest.NewLock(t, db, bob.ID, "github.com/del/bob", time.Hour)
+
+	n, err := locks.DeleteUnreferenced(ctx, db, []string{credRef, appRef, orphan})
+	if err != nil || n != 1 {
+		t.Fatalf("DeleteUnreferenced = %d, %v; want 1", n, err)
+	}
+	for key, want := range map[string]int{"github.com/del/orphan": 0, "github.com/del/app": 1, "github.com/del/cred": 1, "github.com/del/not-given": 1} {
+		if got := lockCount(t, db, key); got != want {
+			t.Errorf("%s: %d locks, want %d", key, got, want)
+		}
+	}
+	if got, want := events(t, db, "github.com/del/orphan"), []string{"collected github.com/del/orphan by  owner alice"}; !equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if n, err := locks.DeleteUnreferenced(ctx, db, nil); err != nil || n != 0 {
+		t.Fatalf("DeleteUnreferenced(nil) = %d, %v", n, err)
+	}
+
+	// Release all of alice's locks once her references are gone.
+	mustExecLocks(t, db, `DELETE FROM applications WHERE cluster_user_id = $1`, alice.ID)
+	mustExecLocks(t, db, `DELETE FROM repository_credentials WHERE cluster_user_id = $1`, alice.ID)
+	n, err = locks.ReleaseAllForTenant(ctx, db, alice.ID, "alice")
+	if err != nil || n != 3 {
+		t.Fatalf("ReleaseAllForTenant = %d, %v; want 3", n, err)
+	}
+	if got, want := events(t, db, "github.com/del/not-given"), []string{"released github.com/del/not-given by alice owner alice"}; !equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if lockCount(t, db, "github.com/del/bob") != 1 {
+		t.Fatalf("bob's lock %s was released with alice's", bobs)
+	}
+}
+
+func mustExecLocks(t *testing.T, q database.Querier, query string, args ...any) {
+	t.Helper()
+	if _, err := q.ExecContext(context.Background(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
 }

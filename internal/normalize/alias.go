@@ -68,6 +68,16 @@ func applyAliases(host string, port int, segs []string) (string, int, []string) 
 	return host, port, segs
 }
 
+// builtinHost reports whether some built-in entry applies to host and port.
+func builtinHost(host string, port int) bool {
+	for i := range aliases {
+		if _, ok := aliases[i].match(host, port); ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *alias) match(host string, port int) (label string, ok bool) {
 	if port != 0 && !containsInt(a.ports, port) {
 		return "", false

@@ -23,7 +23,7 @@ func ExampleRepoURL() {
 	// Output:
 	// github.com/argoproj/test
 	// github.com/argoproj/test
-	// h.example:2222/o/r
+	// h.example+2222/o/r
 	// h.example/2222/o/r
 	// dev.azure.com/org/proj/_git/repo
 	// true invalid repository URL: query strings are not allowed

@@ -8,9 +8,11 @@
 // ambiguity. The rules, and the reasoning behind each, are in
 // docs/normalization.md; keep the two in step.
 //
-// A key has the form host[:port]/path: no scheme, no user info, lower case,
-// ASCII only. Keys are idempotent: RepoURL(string(k)) returns k for every key
-// k that RepoURL returns.
+// A key has the form host[+port]/path: no scheme, no user info, lower case,
+// ASCII only; a non-default port follows a '+' (not a ':', which would make
+// the key an scp-like spelling of another repository to git). Keys are
+// canonical and checkable: ParseKey(string(k)) and RepoURL(string(k)) both
+// return k for every key k that RepoURL returns.
 package normalize
 
 import (
@@ -26,26 +28,29 @@ import (
 // Unicode tables), can change the key of some input or start or stop
 // rejecting some input. Stored keys with an older version are re-checked by
 // re-normalizing the stored URL.
-const Version = 1
+const Version = 2
 
 // MaxLength is the longest input, and the longest key, accepted (in bytes).
 // The cap is applied before any parsing: git-urls' scp regexp has a published
 // ReDoS report, and nothing legitimate comes close.
 const MaxLength = 2048
 
-// Key is a canonical repository key: host[:port]/path.
+// Key is a canonical repository key: host[+port]/path.
 type Key string
 
 // String returns the key as a string.
 func (k Key) String() string { return string(k) }
 
-// Host returns the authority part of the key: the host and, when it is not
-// the scheme default, ":port" (as net/url's URL.Host does). IPv6 hosts keep
-// their brackets.
+// Host returns the authority of the key in URL syntax: the host and, when it
+// is not the scheme default, ":port" (as net/url's URL.Host does; the key
+// itself writes "+port"). IPv6 hosts keep their brackets.
 func (k Key) Host() string {
 	s := string(k)
 	if i := strings.IndexByte(s, '/'); i >= 0 {
-		return s[:i]
+		s = s[:i]
+	}
+	if i := strings.LastIndexByte(s, '+'); i >= 0 {
+		return s[:i] + ":" + s[i+1:]
 	}
 	return s
 }
@@ -104,7 +109,7 @@ const (
 	reasonMalformed      = "malformed URL"
 	reasonMalformedScp   = "malformed scp-like URL"
 	reasonScpChar        = "invalid character in scp-like URL (use the ssh:// form)"
-	reasonScpIPv6        = "IPv6 literals are not supported in scp-like syntax (use the ssh:// form)"
+	reasonScpIPv6        = "brackets (IPv6 literals, [user@host:port]) are not supported in scp-like syntax (use the ssh:// form)"
 	reasonUserAt         = "user info contains more than one '@'"
 	reasonUserInfo       = "invalid user info"
 	reasonNoHost         = "URL has an empty host"
@@ -122,7 +127,17 @@ const (
 	reasonEncodedSlash   = "encoded slash or backslash in path is not allowed"
 	reasonEncodedControl = "path contains an encoded control, formatting or whitespace character"
 	reasonPathUTF8       = "decoded path is not valid UTF-8"
-	reasonDotDot         = "path escapes above the root"
+	reasonDotDot         = "path contains a '..' segment (git resolves it differently per transport)"
+	reasonKeySyntax      = "not in key syntax host[+port]/path"
+	reasonAliasEndpoint  = "alias endpoint is empty or too long"
+	reasonAliasCanonical = "alias endpoint is not in canonical form"
+	reasonAliasSame      = "alias maps an endpoint to itself"
+	reasonAliasBuiltin   = "alias endpoint is a host of the built-in alias table"
+	reasonAliasOverlap   = "alias source lies under another alias source"
+	reasonAliasChain     = "alias target lies under an alias source (aliases do not chain)"
+	reasonGitUser        = "git:// URLs cannot carry user info (git would take it as part of the host name)"
+	reasonSSHPassword    = "ssh URLs cannot carry a password (git would misread the port)"
+	reasonTildeUser      = "'~user' paths are not allowed (another user's home directory)"
 	reasonRepoName       = "invalid repository name"
 	reasonPathAt         = "'@' in the path is not allowed (percent-encode it; a password containing '/' must be percent-encoded too)"
 )

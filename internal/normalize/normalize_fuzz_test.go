@@ -18,7 +18,10 @@ const delims = "@/:[]?#\\%" + " \t\r\n"
 //     with a non-empty path; its host part (everything before the first '/')
 //     is lower case and holds no '%'; it has no empty, "." or ".." segment and
 //     does not end in ".git";
-//   - a key re-normalizes to itself (idempotency);
+//   - a key re-normalizes to itself (idempotency), and ParseKey, the
+//     documented check for stored keys, returns it unchanged
+//     (RepoURL(x) = k implies ParseKey(k) = k); no key has a ':' before its
+//     first '/' outside IPv6 brackets, so git cannot read a key as scp;
 //   - StripUserInfo accepts what RepoURL accepts, its result normalizes to the
 //     same key and has no '@' before the first '/' of its authority; it
 //     rejects what RepoURL rejects, with the same error.
@@ -104,4 +107,47 @@ func asciiUpper(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// FuzzNormalizerAliases checks the key properties under configured aliases
+// (the GitLab-on-2222 and Bitbucket Server deployment of the tests): a key
+// n returns is a fixed point of n.RepoURL and n.ParseKey, StripUserInfo
+// agrees, and errors are the fixed reasons.
+func FuzzNormalizerAliases(f *testing.F) {
+	for _, s := range []string{
+		"ssh://git@gitlab.example.com:2222/g/sub/r.git", "https://gitlab.example.com/g/r",
+		"ssh://git@bitbucket.example.com:7999/proj/repo.git", "https://bitbucket.example.com/scm/proj/repo",
+		"bitbucket.example.com+7999/scm/x", "gitlab.example.com+2222/a", "git@gitlab.example.com:2222/g/r",
+	} {
+		f.Add(s)
+	}
+	for _, tc := range acceptCases {
+		f.Add(tc.in)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		n := fuzzNormalizer(t)
+		k, err := n.RepoURL(in)
+		if err != nil {
+			checkError(t, in, err)
+			return
+		}
+		if k2, err := n.RepoURL(string(k)); err != nil || k2 != k {
+			t.Fatalf("n.RepoURL(%q) = %q, n.RepoURL of that = %q, %v", in, k, k2, err)
+		}
+		if k3, err := n.ParseKey(string(k)); err != nil || k3 != k {
+			t.Fatalf("n.RepoURL(%q) = %q, n.ParseKey of that = %q, %v", in, k, k3, err)
+		}
+		s, err := n.StripUserInfo(in)
+		if err != nil {
+			t.Fatalf("n.StripUserInfo(%q): %v", in, err)
+		}
+		if k4, err := n.RepoURL(s); err != nil || k4 != k {
+			t.Fatalf("n.StripUserInfo(%q) = %q, which gives %q, %v; want %q", in, s, k4, err, k)
+		}
+	})
+}
+
+func fuzzNormalizer(t *testing.T) *Normalizer {
+	t.Helper()
+	return deploymentNormalizer(t)
 }

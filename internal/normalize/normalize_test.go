@@ -58,7 +58,7 @@ var acceptCases = []struct {
 	{"host IPv6 canonicalized", "ssh://[0:0::1]/o/r", "[::1]/o/r"},
 	{"host IPv6 lower-cased", "https://[2001:DB8::A]/o/r", "[2001:db8::a]/o/r"},
 	{"host IPv6 leading zeros dropped", "https://[2001:0db8:0000::0001]/o/r", "[2001:db8::1]/o/r"},
-	{"host IPv6 with port", "ssh://git@[2001:db8::1]:2222/o/r", "[2001:db8::1]:2222/o/r"},
+	{"host IPv6 with port", "ssh://git@[2001:db8::1]:2222/o/r", "[2001:db8::1]+2222/o/r"},
 	{"host IPv4-mapped IPv6 unmapped", "https://[::ffff:192.0.2.1]/o/r", "192.0.2.1/o/r"},
 
 	// Port.
@@ -69,11 +69,11 @@ var acceptCases = []struct {
 	{"port ssh+git default 22 dropped", "ssh+git://git@github.com:22/o/r", "github.com/o/r"},
 	{"port git default 9418 dropped", "git://github.com:9418/o/r", "github.com/o/r"},
 	{"port empty means default", "https://github.com:/o/r", "github.com/o/r"},
-	{"port non-default kept", "https://h.example:8443/o/r", "h.example:8443/o/r"},
-	{"port ssh non-default kept", "ssh://git@h.example:2222/o/r", "h.example:2222/o/r"},
-	{"port default of another scheme kept", "https://h.example:22/o/r", "h.example:22/o/r"},
-	{"port leading zeros dropped", "https://h.example:08443/o/r", "h.example:8443/o/r"},
-	{"port highest", "https://h.example:65535/o/r", "h.example:65535/o/r"},
+	{"port non-default kept", "https://h.example:8443/o/r", "h.example+8443/o/r"},
+	{"port ssh non-default kept", "ssh://git@h.example:2222/o/r", "h.example+2222/o/r"},
+	{"port default of another scheme kept", "https://h.example:22/o/r", "h.example+22/o/r"},
+	{"port leading zeros dropped", "https://h.example:08443/o/r", "h.example+8443/o/r"},
+	{"port highest", "https://h.example:65535/o/r", "h.example+65535/o/r"},
 	{"scp has no port: digits are the first path segment", "git@h.example:2222/o/r", "h.example/2222/o/r"},
 	{"scp has no port: digits-only path", "git@h.example:2222", "h.example/2222"},
 	{"scp has no port: digits with trailing slash", "git@h.example:2222/", "h.example/2222"},
@@ -93,8 +93,6 @@ var acceptCases = []struct {
 	{"path encoded non-ASCII lower-cased", "https://h.example/o/B%C3%9Ccher", "h.example/o/b%C3%BCcher"},
 	{"path decomposed form put in NFC", "https://h.example/o/bu%CC%88cher", "h.example/o/b%C3%BCcher"},
 	{"path dot segment removed", "https://github.com/o/./r", "github.com/o/r"},
-	{"path dot-dot resolved", "https://github.com/o/x/../r", "github.com/o/r"},
-	{"path encoded dot-dot resolved", "https://github.com/o/x/%2E%2e/r", "github.com/o/r"},
 	{"path repeated slashes collapsed", "https://github.com//o///r", "github.com/o/r"},
 	{"path trailing slashes stripped", "https://github.com/o/r///", "github.com/o/r"},
 	{"path .git stripped", "https://github.com/o/r.git", "github.com/o/r"},
@@ -105,8 +103,19 @@ var acceptCases = []struct {
 	{"path .git inside name kept", "https://github.com/o/r.github.io", "github.com/o/r.github.io"},
 	{"path nested groups kept", "https://gitlab.com/g/sub/r", "gitlab.com/g/sub/r"},
 	{"path single segment", "https://h.example/r", "h.example/r"},
-	{"path tilde kept", "ssh://h.example/~user/r", "h.example/~user/r"},
-	{"path scp-like dot-dot resolved", "git@github.com:o/x/../r.git", "github.com/o/r"},
+	{"path tilde kept over https (a literal directory there)", "https://h.example/~user/r", "h.example/~user/r"},
+	{"path leading ~ dropped over ssh (home-relative = absolute)", "ssh://git@h.example/~/o/r", "h.example/o/r"},
+	{"path leading ~ dropped in scp", "git@h.example:~/o/r", "h.example/o/r"},
+	{"path leading /~ dropped in scp", "h.example:/~/o/r", "h.example/o/r"},
+	{"path encoded leading ~ dropped over ssh", "ssh://h.example/%7E/o/r", "h.example/o/r"},
+	{"path ~ not leading kept over ssh", "ssh://h.example/o/~/r", "h.example/o/~/r"},
+	{"scp user-less digits are a path, as git reads them (v1: port)", "github.com:1234/repo", "github.com/1234/repo"},
+	{"scp user-less digits equal the user form", "git@github.com:1234/repo", "github.com/1234/repo"},
+	{"scp digits keep leading zeros (git sends 022)", "github.com:022/repo", "github.com/022/repo"},
+	{"scp digits 22 differ from 022", "github.com:22/repo", "github.com/22/repo"},
+	{"scp ssh.github.com:443 is a path, not the port 443 alias (v1: github.com/o/r)", "ssh.github.com:443/o/r", "github.com/443/o/r"},
+	{"scp percent-escape decoded like ssh://", "git@h.example:o/r%41", "h.example/o/ra"},
+	{"scp Azure DevOps with encoded space in the project", "git@ssh.dev.azure.com:v3/org/My%20Project/repo", "dev.azure.com/org/my%20project/_git/repo"},
 
 	// Aliases.
 	{"alias Azure DevOps https", "https://dev.azure.com/ORG/PROJ/_git/REPO", "dev.azure.com/org/proj/_git/repo"},
@@ -120,23 +129,25 @@ var acceptCases = []struct {
 	{"alias Azure DevOps legacy project omitted", "https://org.visualstudio.com/_git/repo", "dev.azure.com/org/repo/_git/repo"},
 	{"alias Azure DevOps ssh with .git", "git@ssh.dev.azure.com:v3/org/proj/repo.git", "dev.azure.com/org/proj/_git/repo"},
 	{"alias Azure DevOps ssh URL with space in project", "ssh://git@ssh.dev.azure.com/v3/org/My%20Project/repo", "dev.azure.com/org/my%20project/_git/repo"},
-	{"alias Azure DevOps not applied on other port", "https://dev.azure.com:8443/org/_git/repo", "dev.azure.com:8443/org/_git/repo"},
+	{"alias Azure DevOps not applied on other port", "https://dev.azure.com:8443/org/_git/repo", "dev.azure.com+8443/org/_git/repo"},
 	{"alias Azure DevOps ssh other path shape kept", "git@ssh.dev.azure.com:v2/org/repo", "ssh.dev.azure.com/v2/org/repo"},
 	{"alias visualstudio.com non-repo path kept", "https://org.visualstudio.com/proj/_apis/x", "org.visualstudio.com/proj/_apis/x"},
 	{"alias GitHub ssh over port 443", "ssh://git@ssh.github.com:443/o/r", "github.com/o/r"},
 	{"alias GitHub ssh.github.com on port 22", "git@ssh.github.com:o/r", "github.com/o/r"},
-	{"alias GitHub ssh.github.com other port kept", "ssh://git@ssh.github.com:2222/o/r", "ssh.github.com:2222/o/r"},
+	{"alias GitHub ssh.github.com other port kept", "ssh://git@ssh.github.com:2222/o/r", "ssh.github.com+2222/o/r"},
 	{"alias GitHub www redirect", "https://www.github.com/o/r", "github.com/o/r"},
-	{"alias GitHub www on other port kept", "https://www.github.com:8443/o/r", "www.github.com:8443/o/r"},
+	{"alias GitHub www on other port kept", "https://www.github.com:8443/o/r", "www.github.com+8443/o/r"},
 	{"alias GitLab altssh over port 443", "ssh://git@altssh.gitlab.com:443/g/r", "gitlab.com/g/r"},
 	{"alias Bitbucket altssh over port 443", "ssh://git@altssh.bitbucket.org:443/w/r", "bitbucket.org/w/r"},
 
 	// The key form parses back to itself.
 	{"key form", "github.com/o/r", "github.com/o/r"},
-	{"key form with port", "h.example:8443/o/r", "h.example:8443/o/r"},
+	{"key form with port", "h.example+8443/o/r", "h.example+8443/o/r"},
+	{"key form with port, leading zeros", "H.example+08443/o/r", "h.example+8443/o/r"},
+	{"v1 ported key is scp to git (path 8443/o/r)", "h.example:8443/o/r", "h.example/8443/o/r"},
 	{"key form of an scp path starting with digits", "h.example/2222/o/r", "h.example/2222/o/r"},
 	{"key form IPv6", "[::1]/o/r", "[::1]/o/r"},
-	{"key form IPv6 with port", "[::1]:8443/o/r", "[::1]:8443/o/r"},
+	{"key form IPv6 with port", "[::1]+8443/o/r", "[::1]+8443/o/r"},
 	{"key form with escapes", "h.example/o/b%C3%BCcher", "h.example/o/b%C3%BCcher"},
 	{"key form is normalized too", "GitHub.com/O/R.git/", "github.com/o/r"},
 }
@@ -212,11 +223,11 @@ var rejectCases = []struct {
 	{"empty path slash", "https://github.com/", reasonNoPath},
 	{"empty path only slashes", "https://github.com///", reasonNoPath},
 	{"empty path only .git", "https://github.com/.git", reasonNoPath},
-	{"empty path dot segments", "https://github.com/o/..", reasonNoPath},
+	{"empty path dot segments", "https://github.com/./.", reasonNoPath},
 	{"empty path scp-like", "git@github.com:", reasonNoPath},
 	{"empty path scp-like .git", "git@github.com:.git", reasonNoPath},
 	{"empty path key form", "github.com/", reasonNoPath},
-	{"empty path key form with port", "h.example:8443/", reasonNoPath},
+	{"empty path key form with port", "h.example+8443/", reasonNoPath},
 	{"empty path IPv6 key form", "[::1]", reasonNoPath},
 	{"port not a number", "https://github.com:abc/o/r", reasonPortNaN},
 	{"port negative", "https://github.com:-1/o/r", reasonPortNaN},
@@ -224,8 +235,13 @@ var rejectCases = []struct {
 	{"port zero", "https://github.com:0/o/r", reasonPortRange},
 	{"port above 65535", "https://github.com:65536/o/r", reasonPortRange},
 	{"port huge", "https://github.com:99999999999999999999/o/r", reasonPortRange},
-	{"port zero in key form", "h.example:0/o/r", reasonPortRange},
-	{"port not a number in IPv6 key form", "[::1]:x/o/r", reasonPortNaN},
+	{"port zero in key form", "h.example+0/o/r", reasonPortRange},
+	{"port empty in key form", "h.example+/o/r", reasonPortNaN},
+	{"port not a number in key form", "h.example+x/o/r", reasonPortNaN},
+	{"port not a number in IPv6 key form", "[::1]+x/o/r", reasonPortNaN},
+	{"v1 IPv6 ported key is bracketed scp to git", "[::1]:8443/o/r", reasonScpIPv6},
+	{"bracketed scp with port (git: port 2222)", "[git@h.example:2222]:o/r", reasonScpIPv6},
+	{"bracketed host after user", "git@[h.example]:o/r", reasonScpIPv6},
 	{"host invalid character", "https://git*hub.com/o/r", reasonHost},
 	{"host label starts with hyphen (ssh option injection)", "git@-oProxyCommand.example:o/r", reasonHost},
 	{"host label ends with hyphen", "https://github-.com/o/r", reasonHost},
@@ -250,9 +266,16 @@ var rejectCases = []struct {
 	{"host IPv6 garbage after bracket", "ssh://[::1]x/o/r", reasonHost},
 	{"scp-like IPv6", "git@[::1]:o/r", reasonScpIPv6},
 	{"scp-like bracket in path", "git@h.example:o]", reasonScpChar},
-	{"scp-like percent in path", "git@github.com:o/r%20x", reasonScpChar},
-	{"scp-like tilde path", "git@github.com:~user/r", reasonScpChar},
+	{"scp-like malformed percent in path", "git@github.com:o/r%2x", reasonPercent},
+	{"scp-like non-ASCII in path", "git@github.com:o/r\u00fc", reasonScpChar},
+	{"scp-like ~user path", "git@github.com:~user/r", reasonTildeUser},
+	{"scp-like /~user path", "github.com:/~user/r", reasonTildeUser},
+	{"ssh ~user path", "ssh://h.example/~user/r", reasonTildeUser},
+	{"ssh encoded ~user path", "ssh://h.example/%7Euser/r", reasonTildeUser},
 	{"scp-like second colon", "git@github.com:o/r:x", reasonScpChar},
+	{"user info in git:// (git resolves user@host as the host)", "git://user@github.com/o/r", reasonGitUser},
+	{"password in ssh:// (git passes user:pw@host:port to ssh, port lost)", "ssh://u:t@h.example:2222/o/r", reasonSSHPassword},
+	{"password in git+ssh://", "git+ssh://u:@h.example/o/r", reasonSSHPassword},
 	{"user info with two @", "https://a@b@github.com/o/r", reasonUserAt},
 	{"user info with two @ scp-like", "a@b@github.com:o/r", reasonUserAt},
 	{"user info invalid character", "https://us\"er@github.com/o/r", reasonUserInfo},
@@ -272,6 +295,17 @@ var rejectCases = []struct {
 	{"literal @ in path", "https://h.example/o/r@v1", reasonPathAt},
 	{"literal @ in path from a password containing a slash", "https://user:1234/ken@github.com/o/r", reasonPathAt},
 	{"literal @ in key-form path", "h.example/o/r@v1", reasonPathAt},
+	{"dot-dot resolvable", "https://github.com/o/x/../r", reasonDotDot},
+	{"dot-dot encoded", "https://github.com/o/x/%2E%2e/r", reasonDotDot},
+	{"dot-dot half encoded", "https://github.com/o/x/.%2E/r", reasonDotDot},
+	{"dot-dot other half encoded", "https://github.com/o/x/%2e./r", reasonDotDot},
+	{"dot-dot after empty segment (curl removes the empty one)", "https://github.com/o/r//..", reasonDotDot},
+	{"dot-dot taking a foreign key space", "https://github.com/x//../o/r", reasonDotDot},
+	{"dot-dot over ssh", "ssh://git@github.com/o/x/../r", reasonDotDot},
+	{"dot-dot over git://", "git://github.com/o/x/../r", reasonDotDot},
+	{"dot-dot scp-like", "git@github.com:o/x/../r.git", reasonDotDot},
+	{"dot-dot scp-like encoded", "git@github.com:o/x/%2e%2E/r", reasonDotDot},
+	{"dot-dot key form", "github.com/o/x/../r", reasonDotDot},
 	{"dot-dot above root", "https://github.com/../r", reasonDotDot},
 	{"dot-dot above root later", "https://github.com/o/../../r", reasonDotDot},
 	{"dot-dot encoded above root", "https://github.com/%2e%2e/r", reasonDotDot},
@@ -417,7 +451,7 @@ func TestErrorsNeverContainUserInfo(t *testing.T) {
 		"file://user:" + tok + "@github.com/o/r",
 		tok + "://github.com/o/r",
 		tok + "@github.com:o/r x",
-		tok + "@github.com:o/r%20",
+		tok + "@github.com:o/r%2",
 		tok + "@[::1]:o/r",
 		"https://user:" + tok + "@github.com/" + strings.Repeat("a", 2048),
 		"https://user:ghp_/S3CR3T@github.com/o/r",
@@ -449,8 +483,8 @@ func TestStripUserInfo(t *testing.T) {
 		{"surrounding whitespace trimmed", "  https://h.example/o/r \n", "https://h.example/o/r"},
 		{"no user info unchanged", "https://h.example/o/r", "https://h.example/o/r"},
 		{"scp without user unchanged", "h.example:o/r", "h.example:o/r"},
-		{"key form unchanged", "h.example:8443/o/r", "h.example:8443/o/r"},
-		{"scp path starting with digits becomes ssh URL (h:2222/o/r is the port form)", "git@h.example:2222/o/r", "ssh://h.example/2222/o/r"},
+		{"key form unchanged", "h.example+8443/o/r", "h.example+8443/o/r"},
+		{"scp path starting with digits stays scp (v1: became an ssh URL)", "git@h.example:2222/o/r", "h.example:2222/o/r"},
 		{"scp empty user removed", "@h.example:o/r", "h.example:o/r"},
 		{"IPv6 URL user removed", "ssh://git@[::1]:2222/o/r", "ssh://[::1]:2222/o/r"},
 	}
@@ -514,7 +548,7 @@ func TestErrorType(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	// Changing any key changes this test's expectations; bump Version then.
-	if Version != 1 {
+	if Version != 2 {
 		t.Fatalf("Version = %d; update the golden cases and docs/normalization.md with it", Version)
 	}
 }
@@ -541,6 +575,8 @@ var allReasons = map[string]bool{
 	reasonIPv6: true, reasonIPv6Zone: true, reasonPortNaN: true, reasonPortRange: true,
 	reasonNoPath: true, reasonPercent: true, reasonEncodedSlash: true, reasonEncodedControl: true,
 	reasonPathUTF8: true, reasonDotDot: true, reasonRepoName: true, reasonPathAt: true,
+	reasonTildeUser: true, reasonGitUser: true, reasonSSHPassword: true, reasonKeySyntax: true, reasonAliasEndpoint: true, reasonAliasCanonical: true,
+	reasonAliasSame: true, reasonAliasBuiltin: true, reasonAliasOverlap: true, reasonAliasChain: true,
 }
 
 type tb interface {
@@ -598,6 +634,12 @@ func checkKey(t tb, in string, k Key) {
 	k2, err := RepoURL(s)
 	if err != nil || k2 != k {
 		t.Fatalf("not idempotent: RepoURL(%q) = %q, RepoURL(%q) = %q, %v", in, k, s, k2, err)
+	}
+	if k4, err := ParseKey(s); err != nil || k4 != k {
+		t.Fatalf("not a checkable key: RepoURL(%q) = %q, ParseKey(%q) = %q, %v", in, k, s, k4, err)
+	}
+	if strings.IndexByte(s[:slash], ':') >= 0 && s[0] != '[' {
+		t.Fatalf("RepoURL(%q) = %q: ':' before the first '/' (git would read the key as scp-like)", in, s)
 	}
 	stripped, err := StripUserInfo(in)
 	if err != nil {

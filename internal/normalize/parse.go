@@ -17,7 +17,7 @@ const (
 	formURL form = iota
 	// formSCP is git's scp-like [user@]host:path. It has no port.
 	formSCP
-	// formKey is the canonical key syntax host[:port]/path (no scheme, no
+	// formKey is the canonical key syntax host[+port]/path (no scheme, no
 	// user). It is accepted so that keys re-normalize to themselves.
 	formKey
 )
@@ -34,7 +34,6 @@ type parsed struct {
 	// the "user@" part (userEnd == userStart when there is none).
 	s                  string
 	userStart, userEnd int
-	scpPath            string // raw path of an scp-like input
 }
 
 // defaultPorts are the ports dropped from keys, per accepted scheme.
@@ -59,11 +58,7 @@ var schemeNames = map[string]bool{
 // it returns satisfies errors.Is(err, ErrInvalidURL) and is an *Error whose
 // message never contains any part of the input.
 func RepoURL(raw string) (Key, error) {
-	p, err := parse(raw)
-	if err != nil {
-		return "", err
-	}
-	return p.key()
+	return defaultNormalizer.RepoURL(raw)
 }
 
 func parse(raw string) (*parsed, error) {
@@ -125,23 +120,26 @@ func parse(raw string) (*parsed, error) {
 		return nil, invalid(reasonMalformed)
 	}
 	if s[0] == '[' {
-		return parseKey(s)
+		// "[ipv6]/path" and "[ipv6]+port/path" are the key form. git reads
+		// every other bracketed scheme-less spelling as scp-like, where the
+		// brackets may hold a user and a port ("[git@h:2222]:o/r" is port
+		// 2222); those are rejected (use the ssh:// form).
+		if end := strings.IndexByte(s, ']'); end > 0 && (end+1 == len(s) || s[end+1] == '/' || s[end+1] == '+') {
+			return parseKey(s)
+		}
+		return nil, invalid(reasonScpIPv6)
 	}
 	colon := strings.IndexByte(s, ':')
 	slash := strings.IndexByte(s, '/')
 	if colon < 0 || (slash >= 0 && slash < colon) {
-		// No ':' before the first '/': the canonical key form host/path.
-		// (git itself would take this for a relative local path; see
-		// docs/normalization.md.)
+		// No ':' before the first '/': the canonical key form
+		// host[+port]/path. (git itself would take this for a relative local
+		// path; see docs/normalization.md.)
 		return parseKey(s)
 	}
-	hostPart, rest := s[:colon], s[colon+1:]
-	if strings.IndexByte(hostPart, '@') < 0 && isPortPrefix(rest) {
-		// "host:digits/path" without user: the canonical key form with a
-		// port. With a user ("git@host:2222/o/r") it is scp-like, and 2222 is
-		// the first path segment.
-		return parseKey(s)
-	}
+	// Everything else is scp-like, exactly as git's url_is_local_not_ssh
+	// decides: [user@]host:rest, with rest the path (also when it starts
+	// with digits: "h:2222/o/r" is port 22, path "2222/o/r").
 	return parseSCP(s, colon)
 }
 
@@ -200,15 +198,6 @@ func isDrivePath(s string) bool {
 
 func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// isPortPrefix reports whether s starts with one or more digits and a '/'.
-func isPortPrefix(s string) bool {
-	i := 0
-	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
-		i++
-	}
-	return i > 0 && i < len(s) && s[i] == '/'
-}
-
 // parseURL handles scheme://[user@]host[:port]/path.
 func parseURL(s, rawScheme, rest string) (*parsed, error) {
 	scheme := strings.ToLower(rawScheme)
@@ -235,6 +224,16 @@ func parseURL(s, rawScheme, rest string) (*parsed, error) {
 		}
 		hostPort = authority[at+1:]
 		p.userEnd = p.userStart + at + 1
+		if isSSHScheme(scheme) && strings.IndexByte(authority[:at], ':') >= 0 {
+			// git hands "user:pw@host:port" to ssh as one host argument
+			// and drops the port; ssh has no password in its URL.
+			return nil, invalid(reasonSSHPassword)
+		}
+		if scheme == "git" {
+			// git:// has no user: git hands "user@host" to the resolver
+			// (or proxy) as the host name.
+			return nil, invalid(reasonGitUser)
+		}
 	}
 	rawHost, rawPort, err := splitHostPort(hostPort)
 	if err != nil {
@@ -273,17 +272,21 @@ func parseURL(s, rawScheme, rest string) (*parsed, error) {
 		u.Opaque != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 		return nil, invalid(reasonMalformed)
 	}
-	if p.segs, err = normalizePath(rawPath); err != nil {
+	if p.segs, err = normalizePath(rawPath, isSSHScheme(scheme)); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+func isSSHScheme(scheme string) bool {
+	return scheme == "ssh" || scheme == "git+ssh" || scheme == "ssh+git"
 }
 
 // parseSCP handles git's scp-like [user@]host:path; colon is the index of the
 // first ':' in s, which comes before any '/'.
 func parseSCP(s string, colon int) (*parsed, error) {
 	hostPart, rawPath := s[:colon], s[colon+1:]
-	p := &parsed{form: formSCP, s: s, scpPath: rawPath}
+	p := &parsed{form: formSCP, s: s}
 	rawHost := hostPart
 	if at := strings.LastIndexByte(hostPart, '@'); at >= 0 {
 		if strings.IndexByte(hostPart, '@') != at {
@@ -316,25 +319,53 @@ func parseSCP(s string, colon int) (*parsed, error) {
 	if p.host, err = normalizeHost(rawHost); err != nil {
 		return nil, err
 	}
-	// git-urls parses the scp syntax. It is given the normalized (ASCII) host
-	// so that internationalized hosts work, and no user: its user pattern
-	// rejects common user names such as "first.last" or "my-org" that
-	// OpenSSH accepts. What it cannot place in host or path lands in
-	// RawQuery; that is rejected, since git passes the path on verbatim.
-	u, err := giturls.ParseScp(p.host + ":" + rawPath)
+	// The scp path is passed to the ssh server verbatim. Only a conservative
+	// set of bytes is accepted: letters, digits, ".", "_", "-", "/", "~"
+	// (home-relative paths, see normalizePath) and well-formed
+	// percent-escapes (Azure DevOps project names with spaces arrive as
+	// "%20"). Anything else (":", "@", non-ASCII, ...) is rejected with "use
+	// the ssh:// form".
+	if err := checkSCPPath(rawPath); err != nil {
+		return nil, err
+	}
+	// git-urls parses the scp syntax too, and must agree on the host. It is
+	// given the normalized (ASCII) host, so that internationalized hosts
+	// work, no user (its user pattern rejects common user names such as
+	// "first.last" that OpenSSH accepts), and the path with '%' and '~'
+	// masked (its path pattern lacks them; checkSCPPath vetted them).
+	masked := strings.NewReplacer("%", "_", "~", "_").Replace(rawPath)
+	u, err := giturls.ParseScp(p.host + ":" + masked)
 	if err != nil || u.RawQuery != "" {
 		return nil, invalid(reasonScpChar)
 	}
-	if u.Host != p.host || u.Path != rawPath || u.User != nil {
+	if u.Host != p.host || u.Path != masked || u.User != nil {
 		return nil, invalid(reasonMalformedScp)
 	}
-	if p.segs, err = normalizePath(rawPath); err != nil {
+	if p.segs, err = normalizePath(rawPath, true); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// parseKey handles the canonical key form host[:port]/path.
+func checkSCPPath(s string) error {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == '-', c == '/', c == '~':
+		case c == '%':
+			if i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
+				return invalid(reasonPercent)
+			}
+			i += 2
+		default:
+			return invalid(reasonScpChar)
+		}
+	}
+	return nil
+}
+
+// parseKey handles the canonical key form host[+port]/path.
 func parseKey(s string) (*parsed, error) {
 	slash := strings.IndexByte(s, '/')
 	if slash < 0 {
@@ -350,7 +381,7 @@ func parseKey(s string) (*parsed, error) {
 		return nil, invalid(reasonHost)
 	}
 	p := &parsed{form: formKey, s: s}
-	rawHost, rawPort, err := splitHostPort(authority)
+	rawHost, rawPort, err := splitKeyAuthority(authority)
 	if err != nil {
 		return nil, err
 	}
@@ -363,10 +394,40 @@ func parseKey(s string) (*parsed, error) {
 	if err := checkPath(rawPath); err != nil {
 		return nil, err
 	}
-	if p.segs, err = normalizePath(rawPath); err != nil {
+	if p.segs, err = normalizePath(rawPath, false); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// splitKeyAuthority splits the authority of the key form, host[+port] or
+// [ipv6][+port]. A '+' cannot occur in a host name, so the split is
+// unambiguous, and unlike ':' it makes no spelling scp-like to git.
+func splitKeyAuthority(a string) (host, port string, err error) {
+	if a == "" {
+		return "", "", invalid(reasonNoHost)
+	}
+	if a[0] == '[' {
+		end := strings.IndexByte(a, ']')
+		if end < 0 {
+			return "", "", invalid(reasonIPv6)
+		}
+		host, after := a[:end+1], a[end+1:]
+		switch {
+		case after == "":
+			return host, "", nil
+		case after[0] == '+' && after != "+":
+			return host, after[1:], nil
+		}
+		return "", "", invalid(reasonHost)
+	}
+	if i := strings.LastIndexByte(a, '+'); i >= 0 {
+		if i == len(a)-1 {
+			return "", "", invalid(reasonPortNaN)
+		}
+		return a[:i], a[i+1:], nil
+	}
+	return a, "", nil
 }
 
 // splitHostPort splits host[:port] or [ipv6][:port]. An empty port ("h:") is
@@ -417,9 +478,8 @@ func parsePort(s string) (int, error) {
 	return n, nil
 }
 
-// key applies the alias table and renders the key.
-func (p *parsed) key() (Key, error) {
-	host, port, segs := applyAliases(p.host, p.port, p.segs)
+// render writes host[+port]/seg/seg.
+func render(host string, port int, segs []string) (Key, error) {
 	var b strings.Builder
 	n := len(host) + 6
 	for _, s := range segs {
@@ -428,7 +488,7 @@ func (p *parsed) key() (Key, error) {
 	b.Grow(n)
 	b.WriteString(host)
 	if port != 0 {
-		b.WriteByte(':')
+		b.WriteByte('+')
 		b.WriteString(strconv.Itoa(port))
 	}
 	for _, s := range segs {

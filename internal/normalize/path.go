@@ -54,13 +54,18 @@ func unhex(c byte) int {
 //     the space are rejected (as they are when not encoded);
 //   - the decoded path must be UTF-8; it is put in NFC and lower-cased;
 //   - empty and "." segments are dropped (this also collapses repeated and
-//     strips leading and trailing slashes), ".." removes the previous
-//     segment and is rejected at the root;
+//     strips leading and trailing slashes); a ".." segment (also decoded
+//     from "%2e%2e", ".%2e", "%2e.") is rejected: curl resolves it (RFC 3986,
+//     where it removes an empty segment too) while ssh and git:// pass it on
+//     raw, so no reading is right for every transport;
+//   - for ssh and scp-like paths (ssh true) a leading "~" segment is dropped
+//     (home-relative is read as absolute, the documented merge) and a
+//     leading "~user" segment is rejected;
 //   - trailing ".git" is stripped from the last segment, repeatedly, and a
 //     segment that becomes empty is dropped;
 //   - each segment is re-encoded (see encodeSegment), so "%41", "A" and "a",
 //     or "%21" and "!", give the same key.
-func normalizePath(raw string) ([]string, error) {
+func normalizePath(raw string, ssh bool) ([]string, error) {
 	var buf []byte
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
@@ -101,13 +106,16 @@ func normalizePath(raw string) ([]string, error) {
 		switch seg {
 		case "", ".":
 		case "..":
-			if len(segs) == 0 {
-				return nil, invalid(reasonDotDot)
-			}
-			segs = segs[:len(segs)-1]
+			return nil, invalid(reasonDotDot)
 		default:
 			segs = append(segs, seg)
 		}
+	}
+	if ssh && len(segs) > 0 && strings.HasPrefix(segs[0], "~") {
+		if segs[0] != "~" {
+			return nil, invalid(reasonTildeUser)
+		}
+		segs = segs[1:]
 	}
 	for len(segs) > 0 {
 		last := segs[len(segs)-1]

@@ -6,26 +6,25 @@ package normalize
 // repository URL "as given".
 //
 // It rejects exactly what RepoURL rejects, with the same errors, and for every
-// accepted input RepoURL(result) equals RepoURL(raw). One case needs more
-// than deleting the user: in "git@h:2222/o/r" the path is "2222/o/r", but
-// "h:2222/o/r" is the key form with port 2222, so the result is
-// "ssh://h/2222/o/r" (same key as the input).
+// accepted input RepoURL(result) equals RepoURL(raw). (Since Version 2 a
+// user-less "h:2222/o/r" is scp-like, as git reads it, so deleting the user
+// never changes the reading.)
 func StripUserInfo(raw string) (string, error) {
+	return defaultNormalizer.StripUserInfo(raw)
+}
+
+// StripUserInfo is the package-level StripUserInfo under n's rules.
+func (n *Normalizer) StripUserInfo(raw string) (string, error) {
 	p, err := parse(raw)
 	if err != nil {
 		return "", err
 	}
-	if _, err := p.key(); err != nil {
+	if _, err := n.key(p); err != nil {
 		return "", err
 	}
 	s := p.s
 	if p.userEnd == p.userStart {
 		return s, nil
 	}
-	out := s[:p.userStart] + s[p.userEnd:]
-	if p.form == formSCP && isPortPrefix(p.scpPath) {
-		host := s[p.userEnd : len(s)-len(p.scpPath)-1]
-		out = "ssh://" + host + "/" + p.scpPath
-	}
-	return out, nil
+	return s[:p.userStart] + s[p.userEnd:], nil
 }

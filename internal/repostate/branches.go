@@ -56,7 +56,8 @@ func (s *Service) resolveRef(ctx context.Context, in instance, source string) (s
 
 // CreateBranch creates a branch at the commit source names (a branch or a
 // commit id). An existing branch of that name is EAlreadyExists.
-func (s *Service) CreateBranch(ctx context.Context, tenantID, repo, name, source string) (Branch, error) {
+func (s *Service) CreateBranch(ctx context.Context, tenantID, repo, name, source string) (_ Branch, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.CreateBranch")
 	if err := ValidateBranchName(name); err != nil {
 		return Branch{}, err
 	}
@@ -82,7 +83,8 @@ func (s *Service) CreateBranch(ctx context.Context, tenantID, repo, name, source
 }
 
 // GetBranch returns a branch.
-func (s *Service) GetBranch(ctx context.Context, tenantID, repo, name string) (Branch, error) {
+func (s *Service) GetBranch(ctx context.Context, tenantID, repo, name string) (_ Branch, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.GetBranch")
 	if err := ValidateBranchName(name); err != nil {
 		return Branch{}, err
 	}
@@ -96,7 +98,8 @@ func (s *Service) GetBranch(ctx context.Context, tenantID, repo, name string) (B
 
 // ListBranches returns up to limit branches with names after afterName, in
 // byte order of their names, and whether there are more.
-func (s *Service) ListBranches(ctx context.Context, tenantID, repo, afterName string, limit int) ([]Branch, bool, error) {
+func (s *Service) ListBranches(ctx context.Context, tenantID, repo, afterName string, limit int) (_ []Branch, _ bool, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.ListBranches")
 	in, err := s.resolve(ctx, tenantID, repo)
 	if err != nil {
 		return nil, false, err
@@ -107,7 +110,8 @@ func (s *Service) ListBranches(ctx context.Context, tenantID, repo, afterName st
 // UpdateBranch points a branch at commitID. With expectedCommitID set, the
 // branch must be at that commit (else EPrecondition); the write is a SetIf
 // on the predicate read in any case, so a concurrent move is never lost.
-func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commitID, expectedCommitID string) (Branch, error) {
+func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commitID, expectedCommitID string) (_ Branch, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.UpdateBranch")
 	if err := ValidateBranchName(name); err != nil {
 		return Branch{}, err
 	}
@@ -159,7 +163,8 @@ func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commit
 
 // DeleteBranch deletes a branch (not the default one) and its staging
 // partitions. If those cannot be deleted, they are listed for the Cleaner.
-func (s *Service) DeleteBranch(ctx context.Context, tenantID, repo, name string) error {
+func (s *Service) DeleteBranch(ctx context.Context, tenantID, repo, name string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.DeleteBranch")
 	if err := ValidateBranchName(name); err != nil {
 		return err
 	}

@@ -25,6 +25,11 @@ type CleanerConfig struct {
 	// BatchSize is the number of rows each partition-delete statement
 	// removes (default 1000).
 	BatchSize int
+	// TenantExists, when set, lets the Cleaner retire every repository of a
+	// tenant that was deleted (tenants are not tied to KV partitions by
+	// foreign keys). cmd/api injects tenants.Exists. Partitions whose id is
+	// not shaped like a tenant id (a UUID) are never judged.
+	TenantExists func(ctx context.Context, tenantID string) (bool, error)
 }
 
 // CleanerResult counts what one Run did.
@@ -44,8 +49,8 @@ type CleanerResult struct {
 	RowsDeleted int64 `json:"rows_deleted"`
 }
 
-// The fields above are exactly those internal/gc converts with
-// gc.CleanerResult(r); add fields to both or to neither. Deletes that
+// internal/gc records this type as is (gc_runs has one column per field:
+// add a column when adding a field). Deletes that
 // stopped in the deleting state and were completed by a run are logged
 // ("completed_deletes") and their instances counted in Scanned/Cleaned.
 
@@ -54,7 +59,7 @@ type CleanerResult struct {
 //
 //  1. scans every tenant's repository records, declares initial records
 //     older than the initial timeout failed, completes deletes that
-//     stopped in the deleting state and (NewCleaner only) retires every
+//     stopped in the deleting state and (with CleanerConfig.TenantExists) retires every
 //     repository of a tenant that no longer exists, all through the same
 //     conditional delete flow as Service.Delete, so a newer instance is
 //     never touched;
@@ -70,25 +75,14 @@ type Cleaner struct {
 	store kv.Store
 	log   *slog.Logger
 	batch int
-	// tenantExists, when set, lets the Cleaner retire every repository of
-	// a tenant that was deleted (internal/users rows are not tied to KV
-	// partitions by foreign keys).
+	// tenantExists is CleanerConfig.TenantExists behind the UUID guard, or
+	// nil.
 	tenantExists func(ctx context.Context, tenantID string) (bool, error)
 }
 
-// NewCleaner returns a Cleaner on db's kv table. It also retires the
-// repositories of tenants that no longer exist in cluster_users.
+// NewCleaner returns a Cleaner on db's kv table.
 func NewCleaner(db *database.DB, cfg CleanerConfig) *Cleaner {
-	c := NewStoreCleaner(kv.NewPostgres(db), cfg)
-	c.tenantExists = func(ctx context.Context, tenantID string) (bool, error) {
-		if !uuidRE.MatchString(tenantID) {
-			return true, nil // not an internal/users id: not ours to judge
-		}
-		var ok bool
-		err := db.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, tenantID)
-		return ok, database.MapError(err)
-	}
-	return c
+	return NewStoreCleaner(kv.NewPostgres(db), cfg)
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -99,7 +93,16 @@ const reasonTenantDeleted = "tenant_deleted"
 // NewStoreCleaner returns a Cleaner on any kv.Store.
 func NewStoreCleaner(store kv.Store, cfg CleanerConfig) *Cleaner {
 	svc := New(store, Config{InitialTimeout: cfg.InitialTimeout, Now: cfg.Now, Logger: cfg.Logger, DeleteBatch: cfg.BatchSize})
-	return &Cleaner{svc: svc, store: store, log: svc.log, batch: svc.cfg.DeleteBatch}
+	c := &Cleaner{svc: svc, store: store, log: svc.log, batch: svc.cfg.DeleteBatch}
+	if exists := cfg.TenantExists; exists != nil {
+		c.tenantExists = func(ctx context.Context, tenantID string) (bool, error) {
+			if !uuidRE.MatchString(tenantID) {
+				return true, nil // not a tenant id: not ours to judge
+			}
+			return exists(ctx, tenantID)
+		}
+	}
+	return c
 }
 
 // scanPage is the page size of the Cleaner's scans.
@@ -108,7 +111,8 @@ const scanPage = 100
 // Run runs one pass. It returns an error only when it cannot scan (the
 // store is unreachable, ctx is done); failures of single entries are
 // counted in Failed and logged.
-func (c *Cleaner) Run(ctx context.Context) (CleanerResult, error) {
+func (c *Cleaner) Run(ctx context.Context) (_ CleanerResult, err error) {
+	defer repolock.WrapOp(&err, "repostate.Cleaner.Run")
 	var res CleanerResult
 	start := time.Now()
 	completed, err := c.sweepRecords(ctx, &res)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/repostate/kv"
 )
 
@@ -91,7 +92,8 @@ const detailAttempts = "attempts"
 // all, and then fails with EConflict. A commit that lost a race stays in
 // the instance partition, unreachable from any branch, until the
 // repository is deleted.
-func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p CommitParams) (Commit, error) {
+func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p CommitParams) (_ Commit, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.Commit")
 	if err := ValidateBranchName(branch); err != nil {
 		return Commit{}, err
 	}
@@ -208,7 +210,8 @@ func (s *Service) getCommit(ctx context.Context, in instance, id string) (Commit
 }
 
 // GetCommit returns a commit of the repository.
-func (s *Service) GetCommit(ctx context.Context, tenantID, repo, id string) (Commit, error) {
+func (s *Service) GetCommit(ctx context.Context, tenantID, repo, id string) (_ Commit, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.GetCommit")
 	in, err := s.resolve(ctx, tenantID, repo)
 	if err != nil {
 		return Commit{}, err
@@ -222,7 +225,8 @@ func (s *Service) GetCommit(ctx context.Context, tenantID, repo, id string) (Com
 // Log walks first parents from the branch's head (or from the commit
 // fromID, to continue a previous page) and returns up to limit commits and
 // the id to continue from ("" at the first commit).
-func (s *Service) Log(ctx context.Context, tenantID, repo, branch, fromID string, limit int) ([]Commit, string, error) {
+func (s *Service) Log(ctx context.Context, tenantID, repo, branch, fromID string, limit int) (_ []Commit, _ string, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.Log")
 	if err := ValidateBranchName(branch); err != nil {
 		return nil, "", err
 	}
@@ -238,7 +242,7 @@ func (s *Service) Log(ctx context.Context, tenantID, repo, branch, fromID string
 		}
 		next = b.CommitID
 	} else if err := ValidateCommitID(next); err != nil {
-		return nil, "", repolock.Errorf(repolock.EInvalid, "page_token is not valid")
+		return nil, "", pagetoken.Invalid()
 	}
 	out := []Commit{}
 	for next != "" && len(out) < limit {

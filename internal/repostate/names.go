@@ -38,10 +38,14 @@ func ValidateRepositoryName(name string) error {
 }
 
 // ValidateBranchName checks a branch name against git's ref-name rules.
-func ValidateBranchName(name string) error { return validateRefName("branch", name) }
+func ValidateBranchName(name string) error {
+	return validateRefName("branch", name)
+}
 
 // ValidateTagName checks a tag name against git's ref-name rules.
-func ValidateTagName(name string) error { return validateRefName("tag", name) }
+func ValidateTagName(name string) error {
+	return validateRefName("tag", name)
+}
 
 // validateRefName applies git check-ref-format's rules (with --branch's
 // refusal of a leading '-'), plus: valid UTF-8, at most 255 bytes, not HEAD.

@@ -158,7 +158,8 @@ func (s *Service) ensureTenant(ctx context.Context, tenantID string) error {
 // promotion the repository is invisible; a create that fails part way
 // abandons its instance to the Cleaner (or, if even that fails, leaves an
 // initial record that is declared failed after the initial timeout).
-func (s *Service) Create(ctx context.Context, tenantID string, p CreateParams) (Repository, error) {
+func (s *Service) Create(ctx context.Context, tenantID string, p CreateParams) (_ Repository, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.Create")
 	if p.DefaultBranch == "" {
 		p.DefaultBranch = DefaultBranchName
 	}
@@ -319,7 +320,8 @@ func (s *Service) abandonPartition(ctx context.Context, tenantID string, rec Rep
 // Get returns an active repository. An initial record is invisible (404);
 // one older than the initial timeout is declared failed first. A deleting
 // record answers 410.
-func (s *Service) Get(ctx context.Context, tenantID, name string) (Repository, error) {
+func (s *Service) Get(ctx context.Context, tenantID, name string) (_ Repository, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.Get")
 	in, err := s.resolve(ctx, tenantID, name)
 	return in.repo, err
 }
@@ -384,7 +386,8 @@ func (s *Service) verifyLive(ctx context.Context, in instance, undo func(ctx con
 
 // List returns up to limit active repositories of the tenant with names
 // after after, in name order, and whether there are more.
-func (s *Service) List(ctx context.Context, tenantID, afterName string, limit int) ([]Repository, bool, error) {
+func (s *Service) List(ctx context.Context, tenantID, afterName string, limit int) (_ []Repository, _ bool, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.List")
 	if err := validateTenant(tenantID); err != nil {
 		return nil, false, err
 	}
@@ -416,7 +419,8 @@ func (s *Service) List(ctx context.Context, tenantID, afterName string, limit in
 // record. The name is reusable as soon as Delete returns; the Cleaner
 // removes the instance's data later. Deleting a repository already in the
 // deleting state completes that deletion.
-func (s *Service) Delete(ctx context.Context, tenantID, name string) error {
+func (s *Service) Delete(ctx context.Context, tenantID, name string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.Delete")
 	if err := validateTenant(tenantID); err != nil {
 		return err
 	}

@@ -11,7 +11,8 @@ import (
 // (the partition named by its staging token). There is no HTTP route for it
 // yet; it exists so staging partitions are real, and the Cleaner's deletion
 // of them is tested against real data.
-func (s *Service) StageObject(ctx context.Context, tenantID, repo, branch, path string, data []byte) error {
+func (s *Service) StageObject(ctx context.Context, tenantID, repo, branch, path string, data []byte) (err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.StageObject")
 	if err := ValidateBranchName(branch); err != nil {
 		return err
 	}
@@ -59,7 +60,8 @@ func (s *Service) StageObject(ctx context.Context, tenantID, repo, branch, path 
 
 // ListStaged returns up to limit objects of the branch's current staging
 // partition with paths after afterPath, and whether there are more.
-func (s *Service) ListStaged(ctx context.Context, tenantID, repo, branch, afterPath string, limit int) ([]StagedObject, bool, error) {
+func (s *Service) ListStaged(ctx context.Context, tenantID, repo, branch, afterPath string, limit int) (_ []StagedObject, _ bool, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.ListStaged")
 	if err := ValidateBranchName(branch); err != nil {
 		return nil, false, err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/repostate/kv/kvtest"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // stuckInitial creates a repository whose create dies after writing the
@@ -215,7 +215,7 @@ func TestSlowCreateIsAbandoned(t *testing.T) {
 	e.create(tenant, "slow")
 }
 
-// TestCleanerRetiresDeletedTenants: NewCleaner retires every repository of
+// TestCleanerRetiresDeletedTenants: a Cleaner given TenantExists retires every repository of
 // a tenant whose cluster_users row is gone, and forgets the tenant; other
 // tenants are untouched.
 func TestCleanerRetiresDeletedTenants(t *testing.T) {
@@ -223,7 +223,7 @@ func TestCleanerRetiresDeletedTenants(t *testing.T) {
 	e := newEnv(t)
 	var gone, kept string
 	for name, id := range map[string]*string{"gone": &gone, "kept": &kept} {
-		u, _, err := users.Create(e.ctx, e.db, name, "")
+		u, _, err := tenants.Create(e.ctx, e.db, name, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,8 @@ func TestCleanerRetiresDeletedTenants(t *testing.T) {
 	a := e.create(gone, "first")
 	b := e.create(gone, "second")
 	k := e.create(kept, "first")
-	cleaner := repostate.NewCleaner(e.db, repostate.CleanerConfig{Now: e.clock.Now, Logger: quiet})
+	cleaner := repostate.NewCleaner(e.db, repostate.CleanerConfig{Now: e.clock.Now, Logger: quiet,
+		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, e.db, id) }})
 	res, err := cleaner.Run(e.ctx)
 	if err != nil || res != (repostate.CleanerResult{}) {
 		t.Fatalf("Cleaner with every tenant present = %+v, %v", res, err)

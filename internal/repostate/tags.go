@@ -10,7 +10,8 @@ import (
 
 // CreateTag tags an existing commit. An existing tag of that name is
 // EAlreadyExists; tags never move.
-func (s *Service) CreateTag(ctx context.Context, tenantID, repo, name, commitID string) (Tag, error) {
+func (s *Service) CreateTag(ctx context.Context, tenantID, repo, name, commitID string) (_ Tag, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.CreateTag")
 	if err := ValidateTagName(name); err != nil {
 		return Tag{}, err
 	}
@@ -42,7 +43,8 @@ func tagNotFound(repo, name string) error {
 }
 
 // GetTag returns a tag.
-func (s *Service) GetTag(ctx context.Context, tenantID, repo, name string) (Tag, error) {
+func (s *Service) GetTag(ctx context.Context, tenantID, repo, name string) (_ Tag, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.GetTag")
 	if err := ValidateTagName(name); err != nil {
 		return Tag{}, err
 	}
@@ -63,7 +65,8 @@ func (s *Service) GetTag(ctx context.Context, tenantID, repo, name string) (Tag,
 
 // ListTags returns up to limit tags with names after afterName, in byte
 // order of their names, and whether there are more.
-func (s *Service) ListTags(ctx context.Context, tenantID, repo, afterName string, limit int) ([]Tag, bool, error) {
+func (s *Service) ListTags(ctx context.Context, tenantID, repo, afterName string, limit int) (_ []Tag, _ bool, err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.ListTags")
 	in, err := s.resolve(ctx, tenantID, repo)
 	if err != nil {
 		return nil, false, err
@@ -72,7 +75,8 @@ func (s *Service) ListTags(ctx context.Context, tenantID, repo, afterName string
 }
 
 // DeleteTag deletes a tag; a missing tag is ENotFound.
-func (s *Service) DeleteTag(ctx context.Context, tenantID, repo, name string) error {
+func (s *Service) DeleteTag(ctx context.Context, tenantID, repo, name string) (err error) {
+	defer repolock.WrapOp(&err, "repostate.Service.DeleteTag")
 	if err := ValidateTagName(name); err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func benchApplyEvents(b *testing.B) map[string]float64 {
 	ctx := context.Background()
 	db := dbtest.New(b)
 	store := New(db, Options{Now: func() time.Time { return testNow }})
-	baseTenant, batchTenant, bigTenant := newTenant(b, db), newTenant(b, db), newTenant(b, db)
+	baseTenant, batchTenant, bigTenant := dbtest.NewTenant(b, db, "").ID, dbtest.NewTenant(b, db, "").ID, dbtest.NewTenant(b, db, "").ID
 	for _, tn := range []string{baseTenant, batchTenant, bigTenant} {
 		if _, _, err := store.PutHost(ctx, tn, pds, nil); err != nil {
 			b.Fatal(err)
@@ -190,7 +190,7 @@ func benchNeedsIndex(b *testing.B) map[string]float64 {
 	ctx := context.Background()
 	db := dbtest.New(b)
 	store := New(db, Options{Now: func() time.Time { return testNow }})
-	tenant := newTenant(b, db)
+	tenant := dbtest.NewTenant(b, db, "").ID
 	if _, _, err := store.PutHost(ctx, tenant, pds, nil); err != nil {
 		b.Fatal(err)
 	}

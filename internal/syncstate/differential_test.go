@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 	"testing"
+
+	"github.com/repolock/repolock/internal/dbtest"
 )
 
 // TestBatchMatchesOneByOne drives two tenants with the same random
@@ -19,7 +21,7 @@ import (
 func TestBatchMatchesOneByOne(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	oneByOneTenant := newTenant(t, f.db)
+	oneByOneTenant := dbtest.NewTenant(t, f.db, "").ID
 	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()

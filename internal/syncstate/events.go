@@ -56,7 +56,8 @@ type EventsResult struct {
 // transaction. Cursors must be strictly increasing within the batch. Events
 // for repositories not yet known create them. Replayed events change
 // nothing, so a batch may be re-sent after a crash.
-func (s *Store) ApplyEvents(ctx context.Context, tenantID, host string, events []Event) (EventsResult, error) {
+func (s *Store) ApplyEvents(ctx context.Context, tenantID, host string, events []Event) (_ EventsResult, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.ApplyEvents")
 	return s.applyEvents(ctx, tenantID, host, events, applyBatch)
 }
 

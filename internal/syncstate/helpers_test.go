@@ -2,15 +2,12 @@ package syncstate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/users"
 )
 
 // testNow is the clock of test stores; revs are TIDs dated before it.
@@ -31,18 +28,7 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	db := dbtest.New(t)
-	return &fixture{db: db, store: New(db, Options{Now: func() time.Time { return testNow }}), tenant: newTenant(t, db)}
-}
-
-func newTenant(t testing.TB, db *database.DB) string {
-	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	u, _, err := users.Create(context.Background(), db, "sync-"+hex.EncodeToString(b), "")
-	if err != nil {
-		t.Fatalf("create tenant: %v", err)
-	}
-	return u.ID
+	return &fixture{db: db, store: New(db, Options{Now: func() time.Time { return testNow }}), tenant: dbtest.NewTenant(t, db, "").ID}
 }
 
 func (f *fixture) putHost(t testing.TB, name string) Host {

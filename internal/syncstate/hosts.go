@@ -3,11 +3,11 @@ package syncstate
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // hostRow is a sync_hosts row.
@@ -131,7 +131,8 @@ func saveHost(ctx context.Context, q database.Querier, h hostRow, lastCursor *in
 // PutHost registers a host for the tenant, or updates its settings when it
 // exists (strictCursor nil keeps the current setting; false on creation). It
 // reports whether the host was created.
-func (s *Store) PutHost(ctx context.Context, tenantID, name string, strictCursor *bool) (Host, bool, error) {
+func (s *Store) PutHost(ctx context.Context, tenantID, name string, strictCursor *bool) (_ Host, _ bool, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.PutHost")
 	if err := ValidateHostName(name); err != nil {
 		return Host{}, false, err
 	}
@@ -139,7 +140,7 @@ func (s *Store) PutHost(ctx context.Context, tenantID, name string, strictCursor
 		hostRow
 		Created bool `db:"created"`
 	}
-	err := s.db.GetContext(ctx, &row, `
+	err = s.db.GetContext(ctx, &row, `
 		INSERT INTO sync_hosts AS h (cluster_user_id, name, strict_cursor)
 		VALUES ($1, $2, COALESCE($3, false))
 		ON CONFLICT (cluster_user_id, name) DO UPDATE SET
@@ -153,7 +154,8 @@ func (s *Store) PutHost(ctx context.Context, tenantID, name string, strictCursor
 }
 
 // GetHost returns one host of the tenant.
-func (s *Store) GetHost(ctx context.Context, tenantID, name string) (Host, error) {
+func (s *Store) GetHost(ctx context.Context, tenantID, name string) (_ Host, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.GetHost")
 	if err := ValidateHostName(name); err != nil {
 		return Host{}, err
 	}
@@ -166,19 +168,20 @@ func (s *Store) GetHost(ctx context.Context, tenantID, name string) (Host, error
 
 // ListHosts returns the tenant's hosts ordered by name, a page at a time.
 // pageToken is the next-page token of the previous page ("" for the first).
-func (s *Store) ListHosts(ctx context.Context, tenantID string, pageSize int, pageToken string) ([]Host, string, error) {
+func (s *Store) ListHosts(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []Host, _ string, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.ListHosts")
 	size, err := pageSizeOrDefault(pageSize)
 	if err != nil {
 		return nil, "", err
 	}
-	after := ""
-	if pageToken != "" {
-		b, err := base64.RawURLEncoding.DecodeString(pageToken)
-		if err != nil || ValidateHostName(string(b)) != nil {
-			return nil, "", repolock.Errorf(repolock.EInvalid, "page_token is not valid")
-		}
-		after = string(b)
+	cur, first, err := pagetoken.Decode[pagetoken.Name](pagetoken.KindSyncHosts, tenantID, pageToken)
+	if err != nil {
+		return nil, "", err
 	}
+	if !first && ValidateHostName(cur.Name) != nil {
+		return nil, "", pagetoken.Invalid()
+	}
+	after := cur.Name
 	var rows []hostRow
 	// Served by sync_hosts_tenant_name_key.
 	err = s.db.SelectContext(ctx, &rows, `
@@ -191,7 +194,7 @@ func (s *Store) ListHosts(ctx context.Context, tenantID string, pageSize int, pa
 	next := ""
 	if len(rows) > size {
 		rows = rows[:size]
-		next = base64.RawURLEncoding.EncodeToString([]byte(rows[size-1].Name))
+		next = pagetoken.Encode(pagetoken.KindSyncHosts, tenantID, pagetoken.Name{Name: rows[size-1].Name})
 	}
 	hosts := make([]Host, len(rows))
 	for i, r := range rows {
@@ -224,7 +227,8 @@ type ConnectResult struct {
 // batch). In strict mode the same happens when that first cursor is beyond
 // cursor+1. A pending reset is kept until a first event resolves it, so a
 // reconnection does not lose it. Replaying a Connect changes nothing more.
-func (s *Store) Connect(ctx context.Context, tenantID, name string, c Connection) (ConnectResult, error) {
+func (s *Store) Connect(ctx context.Context, tenantID, name string, c Connection) (_ ConnectResult, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.Connect")
 	if err := ValidateHostName(name); err != nil {
 		return ConnectResult{}, err
 	}
@@ -234,7 +238,7 @@ func (s *Store) Connect(ctx context.Context, tenantID, name string, c Connection
 		}
 	}
 	var res ConnectResult
-	err := s.db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		h, err := getHost(ctx, tx, tenantID, name, true)
 		if err != nil {
 			return err

@@ -29,7 +29,8 @@ type ListingResult struct {
 // repository's first_cursor_since_reset is raised to cursorBefore;
 // repositories not yet known are created on this host. Replaying a listing
 // changes nothing more.
-func (s *Store) RecordListing(ctx context.Context, tenantID, host string, cursorBefore int64, repos []ListedRepo) (ListingResult, error) {
+func (s *Store) RecordListing(ctx context.Context, tenantID, host string, cursorBefore int64, repos []ListedRepo) (_ ListingResult, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.RecordListing")
 	if err := ValidateHostName(host); err != nil {
 		return ListingResult{}, err
 	}
@@ -56,7 +57,7 @@ func (s *Store) RecordListing(ctx context.Context, tenantID, host string, cursor
 		names[i], revs[i] = r.Repo, r.Rev
 	}
 	var res ListingResult
-	err := s.db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		h, err := getHost(ctx, tx, tenantID, host, false)
 		if err != nil {
 			return err

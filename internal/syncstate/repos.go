@@ -2,11 +2,11 @@ package syncstate
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
+	"strconv"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // IndexResult is the outcome of a full fetch of a repository.
@@ -31,7 +31,8 @@ type IndexResult struct {
 // the new host's stream yet; the fetch covers everything up to
 // CursorBefore). A repository not yet known is created. Replaying an index
 // result changes nothing more.
-func (s *Store) RecordIndexed(ctx context.Context, tenantID, repo string, ir IndexResult) (Repository, error) {
+func (s *Store) RecordIndexed(ctx context.Context, tenantID, repo string, ir IndexResult) (_ Repository, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.RecordIndexed")
 	if err := ValidateRepo(repo); err != nil {
 		return Repository{}, err
 	}
@@ -45,7 +46,7 @@ func (s *Store) RecordIndexed(ctx context.Context, tenantID, repo string, ir Ind
 		return Repository{}, err
 	}
 	var out Repository
-	err := s.db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		h, err := getHost(ctx, tx, tenantID, ir.Host, false)
 		if err != nil {
 			return err
@@ -111,7 +112,8 @@ func getRepository(ctx context.Context, q database.Querier, tenantID, repo strin
 
 // GetRepository returns one repository's indicators and whether it needs a
 // re-index, with the reason.
-func (s *Store) GetRepository(ctx context.Context, tenantID, repo string) (Repository, error) {
+func (s *Store) GetRepository(ctx context.Context, tenantID, repo string) (_ Repository, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.GetRepository")
 	if err := ValidateRepo(repo); err != nil {
 		return Repository{}, err
 	}
@@ -141,29 +143,37 @@ type pageToken struct {
 	Repo   string `json:"r"`
 }
 
-func (t pageToken) encode() string {
-	b, _ := json.Marshal(t)
-	return base64.RawURLEncoding.EncodeToString(b)
+// Validate range-checks a decoded token (internal/pagetoken runs it).
+func (t *pageToken) Validate() error {
+	if t.Phase < 0 || t.Phase > 2 || t.Cursor < -1 || len(t.Repo) > MaxRepoLength {
+		return pagetoken.Invalid()
+	}
+	return nil
 }
 
-func decodePageToken(s string, needsIndex bool) (pageToken, error) {
-	if s == "" {
+// reposScope binds a repositories token to the tenant and the list's
+// filters.
+func reposScope(tenantID string, opts ListOptions) string {
+	return pagetoken.Scope(tenantID, opts.Host, strconv.FormatBool(opts.NeedsIndex))
+}
+
+func (t pageToken) encode(scope string) string {
+	return pagetoken.Encode(pagetoken.KindSyncRepos, scope, t)
+}
+
+func decodePageToken(scope, s string, needsIndex bool) (pageToken, error) {
+	t, first, err := pagetoken.Decode[pageToken](pagetoken.KindSyncRepos, scope, s)
+	if err != nil {
+		return pageToken{}, err
+	}
+	if first {
 		if needsIndex {
 			return pageToken{Phase: 1}, nil
 		}
 		return pageToken{}, nil
 	}
-	invalid := repolock.Errorf(repolock.EInvalid, "page_token is not valid")
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return pageToken{}, invalid
-	}
-	var t pageToken
-	if err := json.Unmarshal(b, &t); err != nil {
-		return pageToken{}, invalid
-	}
-	if (needsIndex && t.Phase != 1 && t.Phase != 2) || (!needsIndex && t.Phase != 0) || len(t.Repo) > MaxRepoLength {
-		return pageToken{}, invalid
+	if (needsIndex && t.Phase != 1 && t.Phase != 2) || (!needsIndex && t.Phase != 0) {
+		return pageToken{}, pagetoken.Invalid()
 	}
 	return t, nil
 }
@@ -175,7 +185,8 @@ func decodePageToken(s string, needsIndex bool) (pageToken, error) {
 // whatever the number of repositories. A repository whose flag changes
 // while the pages are read may be missed or repeated by that pass; the next
 // pass sees it.
-func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts ListOptions) ([]Repository, string, error) {
+func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts ListOptions) (_ []Repository, _ string, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.ListRepositories")
 	size, err := pageSizeOrDefault(opts.PageSize)
 	if err != nil {
 		return nil, "", err
@@ -183,7 +194,8 @@ func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts List
 	if opts.NeedsIndex && opts.Host == "" {
 		return nil, "", repolock.Errorf(repolock.EInvalid, "needs_index=true needs host: the rule compares with the host's first_cursor_since_reset")
 	}
-	tok, err := decodePageToken(opts.PageToken, opts.NeedsIndex)
+	scope := reposScope(tenantID, opts)
+	tok, err := decodePageToken(scope, opts.PageToken, opts.NeedsIndex)
 	if err != nil {
 		return nil, "", err
 	}
@@ -202,9 +214,9 @@ func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts List
 	)
 	switch {
 	case !opts.NeedsIndex:
-		out, next, err = s.listAll(ctx, tenantID, h, tok, size)
+		out, next, err = s.listAll(ctx, tenantID, h, tok, size, scope)
 	default:
-		out, next, err = s.listNeedsIndex(ctx, h, tok, size)
+		out, next, err = s.listNeedsIndex(ctx, h, tok, size, scope)
 	}
 	if err != nil {
 		return nil, "", err
@@ -218,7 +230,7 @@ func (s *Store) ListRepositories(ctx context.Context, tenantID string, opts List
 	return out, next, nil
 }
 
-func (s *Store) listAll(ctx context.Context, tenantID string, h hostRow, tok pageToken, size int) ([]Repository, string, error) {
+func (s *Store) listAll(ctx context.Context, tenantID string, h hostRow, tok pageToken, size int, scope string) ([]Repository, string, error) {
 	var rows []Repository
 	var err error
 	if h.ID != "" {
@@ -235,7 +247,7 @@ func (s *Store) listAll(ctx context.Context, tenantID string, h hostRow, tok pag
 	}
 	if len(rows) > size {
 		rows = rows[:size]
-		return rows, pageToken{Repo: rows[size-1].Repo}.encode(), nil
+		return rows, pageToken{Repo: rows[size-1].Repo}.encode(scope), nil
 	}
 	return rows, "", nil
 }
@@ -252,7 +264,7 @@ const (
 		ORDER BY r.first_cursor_since_reset, r.repo LIMIT $5`
 )
 
-func (s *Store) listNeedsIndex(ctx context.Context, h hostRow, tok pageToken, size int) ([]Repository, string, error) {
+func (s *Store) listNeedsIndex(ctx context.Context, h hostRow, tok pageToken, size int, scope string) ([]Repository, string, error) {
 	var out []Repository
 	if tok.Phase == 1 {
 		if err := s.db.SelectContext(ctx, &out, needsIndexByRevSQL, h.ID, tok.Repo, size+1); err != nil {
@@ -260,7 +272,7 @@ func (s *Store) listNeedsIndex(ctx context.Context, h hostRow, tok pageToken, si
 		}
 		if len(out) > size {
 			out = out[:size]
-			return out, pageToken{Phase: 1, Repo: out[size-1].Repo}.encode(), nil
+			return out, pageToken{Phase: 1, Repo: out[size-1].Repo}.encode(scope), nil
 		}
 		// Phase 1 is done: fill the page from phase 2's start.
 		tok = pageToken{Phase: 2, Cursor: -1}
@@ -277,10 +289,10 @@ func (s *Store) listNeedsIndex(ctx context.Context, h hostRow, tok pageToken, si
 		if room == 0 {
 			// The page is full of phase 1 rows and phase 2 has some:
 			// continue at phase 2's start.
-			next = pageToken{Phase: 2, Cursor: -1}.encode()
+			next = pageToken{Phase: 2, Cursor: -1}.encode(scope)
 		} else {
 			last := more[room-1]
-			next = pageToken{Phase: 2, Cursor: last.FirstCursorSinceReset, Repo: last.Repo}.encode()
+			next = pageToken{Phase: 2, Cursor: last.FirstCursorSinceReset, Repo: last.Repo}.encode(scope)
 		}
 	}
 	return append(out, more...), next, nil

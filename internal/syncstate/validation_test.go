@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/dbtest"
 )
 
 func TestTID(t *testing.T) {
@@ -184,8 +185,28 @@ func TestInvalidInput(t *testing.T) {
 			_, _, err := f.store.ListRepositories(ctx, f.tenant, ListOptions{Host: pds, NeedsIndex: true, PageToken: "!!"})
 			return err
 		}(), repolock.EInvalid},
+		{"phase-0 page token in a needs-index listing", func() error {
+			opts := ListOptions{Host: pds, NeedsIndex: true}
+			opts.PageToken = pageToken{Repo: "x"}.encode(reposScope(f.tenant, opts))
+			_, _, err := f.store.ListRepositories(ctx, f.tenant, opts)
+			return err
+		}(), repolock.EInvalid},
 		{"page token of another listing", func() error {
-			_, _, err := f.store.ListRepositories(ctx, f.tenant, ListOptions{Host: pds, NeedsIndex: true, PageToken: pageToken{Repo: "x"}.encode()})
+			tok := pageToken{Repo: "x"}.encode(reposScope(f.tenant, ListOptions{}))
+			_, _, err := f.store.ListRepositories(ctx, f.tenant, ListOptions{Host: pds, PageToken: tok})
+			return err
+		}(), repolock.EInvalid},
+		{"page token of another tenant", func() error {
+			tok := pageToken{Repo: "x"}.encode(reposScope("00000000-0000-0000-0000-000000000000", ListOptions{}))
+			_, _, err := f.store.ListRepositories(ctx, f.tenant, ListOptions{PageToken: tok})
+			return err
+		}(), repolock.EInvalid},
+		{"corrupt page token", func() error {
+			_, _, err := f.store.ListRepositories(ctx, f.tenant, ListOptions{PageToken: "W1tbW1tb"})
+			return err
+		}(), repolock.EInvalid},
+		{"corrupt hosts page token", func() error {
+			_, _, err := f.store.ListHosts(ctx, f.tenant, 10, "W1tbW1tb")
 			return err
 		}(), repolock.EInvalid},
 		{"page size", func() error {
@@ -208,7 +229,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	other := &fixture{db: f.db, store: f.store, tenant: newTenant(t, f.db)}
+	other := &fixture{db: f.db, store: f.store, tenant: dbtest.NewTenant(t, f.db, "").ID}
 	f.putHost(t, pds)
 	f.indexed(t, "did:a", pds, rev(1), 0)
 

@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"iter"
+
+	"github.com/repolock/repolock"
 )
 
 // Errors. Implementations return these (possibly wrapped); test with
@@ -35,7 +37,25 @@ var (
 	ErrMissingPredicate = errors.New("kv: missing predicate")
 	// ErrInvalidPredicate: a predicate that this store did not hand out.
 	ErrInvalidPredicate = errors.New("kv: predicate was not returned by this store")
+	// ErrKeyTooLong: len(partitionKey)+len(key) is over MaxKeyBytes. It is
+	// an invalid-argument error (errors.Is(err, &repolock.Error{Code:
+	// repolock.EInvalid}) holds, so the API answers 400), returned before
+	// any statement runs, by Get, Set, SetIf, Delete and DeleteIf alike: a
+	// key that could never be written is not looked up either.
+	ErrKeyTooLong = &repolock.Error{Code: repolock.EInvalid, Message: "kv: partition key plus key is longer than 2560 bytes"}
 )
+
+// MaxKeyBytes is the most bytes len(partitionKey)+len(key) may have.
+//
+// Both are columns of the kv table's primary-key btree, and a btree tuple on
+// 8 KiB pages holds at most 2704 bytes (BTMaxItemSize); beyond it Postgres
+// fails the write with 54000 "index row size exceeds btree maximum". The
+// tuple is an 8-byte header plus two bytea values with a 4-byte length
+// header each (1 byte when short), each padded to 4 bytes: 8+4+3+4+3 = 22
+// bytes of overhead in the worst case, so 2682 bytes of key data always
+// fit, even incompressible. 2560 leaves a margin for that arithmetic; the
+// tests write the limit with random bytes to real Postgres.
+const MaxKeyBytes = 2560
 
 // Defaults used when a page or batch size is not positive.
 const (
@@ -58,7 +78,8 @@ type Entry struct {
 // Store is a partitioned key-value store.
 //
 // Empty partition keys and keys are rejected with ErrMissingPartitionKey and
-// ErrMissingKey, a nil value with ErrMissingValue. Errors caused by a
+// ErrMissingKey, a partition key and key longer than MaxKeyBytes together
+// with ErrKeyTooLong, a nil value with ErrMissingValue. Errors caused by a
 // cancelled or expired context satisfy errors.Is(err, ctx.Err()).
 type Store interface {
 	// Get returns the value of key and a predicate for its current
@@ -100,6 +121,9 @@ func CheckArgs(partitionKey, key, value []byte, checkValue bool) error {
 	}
 	if len(key) == 0 {
 		return ErrMissingKey
+	}
+	if len(partitionKey)+len(key) > MaxKeyBytes {
+		return ErrKeyTooLong
 	}
 	if checkValue && value == nil {
 		return ErrMissingValue

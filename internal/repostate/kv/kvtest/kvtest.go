@@ -180,6 +180,8 @@ func testMissingArguments(t *testing.T, s kv.Store) {
 		seq(func(_ kv.Entry, err error) bool { got = err; return false })
 		return got
 	}
+	// One byte over the limit together with pk.
+	long := bytes.Repeat([]byte("k"), kv.MaxKeyBytes-len(pk)+1)
 	cases := []struct {
 		name string
 		call func() error
@@ -203,6 +205,11 @@ func testMissingArguments(t *testing.T, s kv.Store) {
 		{"SetIf/foreign predicate", func() error { _, err := s.SetIf(ctx, pk, []byte("k"), []byte("v"), "not a predicate"); return err }, kv.ErrInvalidPredicate},
 		{"Scan/partition", func() error { return firstErr(s.Scan(ctx, nil, nil, 10)) }, kv.ErrMissingPartitionKey},
 		{"DeletePartition/partition", func() error { _, err := s.DeletePartition(ctx, []byte{}, 10); return err }, kv.ErrMissingPartitionKey},
+		{"Get/key too long", func() error { _, _, err := s.Get(ctx, pk, long); return err }, kv.ErrKeyTooLong},
+		{"Set/key too long", func() error { return s.Set(ctx, pk, long, []byte("v")) }, kv.ErrKeyTooLong},
+		{"SetIf/key too long", func() error { _, err := s.SetIf(ctx, pk, long, []byte("v"), nil); return err }, kv.ErrKeyTooLong},
+		{"Delete/key too long", func() error { return s.Delete(ctx, pk, long) }, kv.ErrKeyTooLong},
+		{"DeleteIf/key too long", func() error { return s.DeleteIf(ctx, pk, long, pred) }, kv.ErrKeyTooLong},
 	}
 	for _, c := range cases {
 		if err := c.call(); !errors.Is(err, c.want) {

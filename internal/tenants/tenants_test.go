@@ -1,4 +1,4 @@
-package users_test
+package tenants_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 func TestValidateName(t *testing.T) {
@@ -34,7 +34,7 @@ func TestValidateName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%q", tc.name), func(t *testing.T) {
-			err := users.ValidateName(tc.name)
+			err := tenants.ValidateName(tc.name)
 			if (err == nil) != tc.ok {
 				t.Fatalf("ValidateName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
 			}
@@ -50,14 +50,14 @@ func TestCreateAuthenticateRevoke(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 
-	u, token, err := users.Create(ctx, db, "alice", "Alice A")
+	u, token, err := tenants.Create(ctx, db, "alice", "Alice A")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(token, users.TokenPrefix) || len(token) < 40 {
+	if !strings.HasPrefix(token, tenants.TokenPrefix) || len(token) < 40 {
 		t.Fatalf("token %q", token)
 	}
-	got, err := users.Authenticate(ctx, db, token)
+	got, err := tenants.Authenticate(ctx, db, token)
 	if err != nil || got.ID != u.ID || got.Name != "alice" || got.DisplayName != "Alice A" {
 		t.Fatalf("Authenticate = %+v, %v", got, err)
 	}
@@ -66,32 +66,32 @@ func TestCreateAuthenticateRevoke(t *testing.T) {
 	if err := db.SelectContext(ctx, &stored, `SELECT token_hash FROM api_tokens`); err != nil {
 		t.Fatal(err)
 	}
-	if len(stored) != 1 || !bytes.Equal(stored[0], users.HashToken(token)) {
+	if len(stored) != 1 || !bytes.Equal(stored[0], tenants.HashToken(token)) {
 		t.Fatalf("stored %x", stored)
 	}
 
-	second, err := users.IssueToken(ctx, db, "alice")
+	second, err := tenants.IssueToken(ctx, db, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"", "rlt_", token + "x", strings.ToUpper(token), "rla_" + token[4:]} {
-		if _, err := users.Authenticate(ctx, db, bad); repolock.ErrorCode(err) != repolock.EUnauthenticated {
+		if _, err := tenants.Authenticate(ctx, db, bad); repolock.ErrorCode(err) != repolock.EUnauthenticated {
 			t.Errorf("Authenticate(%q) = %v, want unauthenticated", bad, err)
 		}
 	}
-	n, err := users.RevokeTokens(ctx, db, "alice")
+	n, err := tenants.RevokeTokens(ctx, db, "alice")
 	if err != nil || n != 2 {
 		t.Fatalf("RevokeTokens = %d, %v; want 2", n, err)
 	}
 	for _, tok := range []string{token, second} {
-		if _, err := users.Authenticate(ctx, db, tok); repolock.ErrorCode(err) != repolock.EUnauthenticated {
+		if _, err := tenants.Authenticate(ctx, db, tok); repolock.ErrorCode(err) != repolock.EUnauthenticated {
 			t.Errorf("revoked token still authenticates: %v", err)
 		}
 	}
-	if n, err := users.RevokeTokens(ctx, db, "alice"); err != nil || n != 0 {
+	if n, err := tenants.RevokeTokens(ctx, db, "alice"); err != nil || n != 0 {
 		t.Fatalf("second revoke = %d, %v", n, err)
 	}
-	if _, err := users.RevokeTokens(ctx, db, "nobody"); repolock.ErrorCode(err) != repolock.ENotFound {
+	if _, err := tenants.RevokeTokens(ctx, db, "nobody"); repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("revoke unknown user: %v", err)
 	}
 }
@@ -109,7 +109,7 @@ func TestCreateConcurrentSameName(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := users.Create(ctx, db, "contested", "")
+			_, _, err := tenants.Create(ctx, db, "contested", "")
 			codes[i] = repolock.ErrorCode(err)
 		}()
 	}
@@ -131,8 +131,30 @@ func TestCreateConcurrentSameName(t *testing.T) {
 	if err := db.GetContext(ctx, &tokens, `SELECT count(*) FROM api_tokens`); err != nil || tokens != 1 {
 		t.Fatalf("tokens = %d, %v; want 1", tokens, err)
 	}
-	list, err := users.List(ctx, db)
+	list, err := tenants.List(ctx, db)
 	if err != nil || len(list) != 1 || list[0].Name != "contested" {
 		t.Fatalf("List = %+v, %v", list, err)
+	}
+}
+
+func TestExists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	tests := []struct {
+		id   string
+		want bool
+	}{
+		{alice.ID, true},
+		{"00000000-0000-0000-0000-000000000000", false},
+		{"not-a-uuid", false},
+		{"", false},
+	}
+	for _, tc := range tests {
+		got, err := tenants.Exists(ctx, db, tc.id)
+		if err != nil || got != tc.want {
+			t.Errorf("Exists(%q) = %v, %v; want %v", tc.id, got, err, tc.want)
+		}
 	}
 }

@@ -1,4 +1,9 @@
-package gc
+// Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql
+// (ownership, locks, orphan_locks, denials, gc_runs; documented in
+// docs/reporting.md) as streamed table, CSV or JSON output. The views are
+// readable by the repolock_reporting role, so a BI tool can read them without
+// the service.
+package reports
 
 import (
 	"bufio"
@@ -42,11 +47,11 @@ var reports = []Report{
 		Description: "recorded GC and clean runs, newest first"},
 }
 
-// Reports returns every report.
-func Reports() []Report { return append([]Report(nil), reports...) }
+// All returns every report.
+func All() []Report { return append([]Report(nil), reports...) }
 
-// ReportNames returns the names of every report.
-func ReportNames() []string {
+// Names returns the names of every report.
+func Names() []string {
 	names := make([]string, len(reports))
 	for i, r := range reports {
 		names[i] = r.Name
@@ -54,9 +59,9 @@ func ReportNames() []string {
 	return names
 }
 
-// LookupReport returns the named report; an unknown name is a not_found
+// Lookup returns the named report; an unknown name is a not_found
 // error whose details list the valid names.
-func LookupReport(name string) (Report, error) {
+func Lookup(name string) (Report, error) {
 	for _, r := range reports {
 		if r.Name == name {
 			return r, nil
@@ -68,8 +73,8 @@ func LookupReport(name string) (Report, error) {
 	}
 	return Report{}, &repolock.Error{
 		Code:    repolock.ENotFound,
-		Message: fmt.Sprintf("no report named %q; valid names: %s", shown, strings.Join(ReportNames(), ", ")),
-		Details: map[string]any{"valid_names": ReportNames()},
+		Message: fmt.Sprintf("no report named %q; valid names: %s", shown, strings.Join(Names(), ", ")),
+		Details: map[string]any{"valid_names": Names()},
 	}
 }
 
@@ -95,19 +100,20 @@ func ParseFormat(s string, allowed ...Format) (Format, error) {
 	return "", repolock.Errorf(repolock.EInvalid, "format must be one of %s", strings.Join(names, ", "))
 }
 
-// ReportRows is an open report: its columns and a cursor over its rows.
+// Rows is an open report: its columns and a cursor over its rows.
 // Rows are streamed, never held in memory all at once. Close it.
-type ReportRows struct {
+type Rows struct {
 	Report  Report
 	Columns []string
 	rows    *sqlx.Rows
 }
 
-// OpenReport runs the named report. limit > 0 caps the rows returned.
+// Open runs the named report. limit > 0 caps the rows returned.
 // Errors (unknown report, database) come back here, before anything is
 // written.
-func OpenReport(ctx context.Context, q database.Querier, name string, limit int) (*ReportRows, error) {
-	r, err := LookupReport(name)
+func Open(ctx context.Context, q database.Querier, name string, limit int) (_ *Rows, err error) {
+	defer repolock.WrapOp(&err, "reports.Open")
+	r, err := Lookup(name)
 	if err != nil {
 		return nil, err
 	}
@@ -129,15 +135,18 @@ func OpenReport(ctx context.Context, q database.Querier, name string, limit int)
 		rows.Close()
 		return nil, database.MapError(err)
 	}
-	return &ReportRows{Report: r, Columns: cols, rows: rows}, nil
+	return &Rows{Report: r, Columns: cols, rows: rows}, nil
 }
 
 // Close releases the cursor.
-func (rr *ReportRows) Close() error { return rr.rows.Close() }
+func (rr *Rows) Close() (err error) {
+	defer repolock.WrapOp(&err, "reports.Rows.Close")
+	return rr.rows.Close()
+}
 
 // next returns the next row's values, normalized: nil, string, int64,
 // float64, bool or time.Time.
-func (rr *ReportRows) next() ([]any, bool, error) {
+func (rr *Rows) next() ([]any, bool, error) {
 	if !rr.rows.Next() {
 		return nil, false, database.MapError(rr.rows.Err())
 	}
@@ -161,7 +170,8 @@ func (rr *ReportRows) next() ([]any, bool, error) {
 //     keys in column order.
 //
 // NULL is empty in table and csv, null in json; times are RFC 3339 in UTC.
-func (rr *ReportRows) Write(w io.Writer, format Format) error {
+func (rr *Rows) Write(w io.Writer, format Format) (err error) {
+	defer repolock.WrapOp(&err, "reports.Rows.Write")
 	switch format {
 	case FormatTable:
 		return rr.writeTable(w)
@@ -173,7 +183,7 @@ func (rr *ReportRows) Write(w io.Writer, format Format) error {
 	return repolock.Errorf(repolock.EInvalid, "unknown format %q", format)
 }
 
-func (rr *ReportRows) writeTable(w io.Writer) error {
+func (rr *Rows) writeTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := make([]string, len(rr.Columns))
 	for i, c := range rr.Columns {
@@ -197,7 +207,7 @@ func (rr *ReportRows) writeTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-func (rr *ReportRows) writeCSV(w io.Writer) error {
+func (rr *Rows) writeCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(rr.Columns); err != nil {
 		return err
@@ -222,7 +232,7 @@ func (rr *ReportRows) writeCSV(w io.Writer) error {
 	return cw.Error()
 }
 
-func (rr *ReportRows) writeJSON(w io.Writer) error {
+func (rr *Rows) writeJSON(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	name, _ := json.Marshal(rr.Report.Name)
 	cols, _ := json.Marshal(rr.Columns)

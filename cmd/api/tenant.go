@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/repolock/repolock/internal/apps"
-	"github.com/repolock/repolock/internal/users"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
-func runUser(ctx context.Context, e *env, args []string) error {
+func runTenant(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "user", "create NAME | list | token NAME | revoke NAME | delete NAME",
 		"create: creates a tenant and prints its token once.\n"+
 			"list:   lists tenants.\n"+
@@ -44,14 +44,14 @@ func runUser(ctx context.Context, e *env, args []string) error {
 	defer db.Close()
 	switch action {
 	case "create":
-		u, token, err := users.Create(ctx, db, rest[0], *display)
+		u, token, err := tenants.Create(ctx, db, rest[0], *display)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stderr, "created user %s (%s); its token is shown only this once:\n", u.Name, u.ID)
 		fmt.Fprintln(e.stdout, token)
 	case "list":
-		us, err := users.List(ctx, db)
+		us, err := tenants.List(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -62,13 +62,13 @@ func runUser(ctx context.Context, e *env, args []string) error {
 		}
 		return tw.Flush()
 	case "token":
-		token, err := users.IssueToken(ctx, db, rest[0])
+		token, err := tenants.IssueToken(ctx, db, rest[0])
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(e.stdout, token)
 	case "revoke":
-		n, err := users.RevokeTokens(ctx, db, rest[0])
+		n, err := tenants.RevokeTokens(ctx, db, rest[0])
 		if err != nil {
 			return err
 		}

@@ -1,12 +1,14 @@
-package gc_test
+package reports_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/reports"
 )
 
 // reportWorld is a seeded scenario whose every report row is predictable.
@@ -45,9 +48,9 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 	t.Helper()
 	ctx := context.Background()
 	w := reportWorld{lock: map[string]string{}, created: map[string]time.Time{}}
-	w.alice = createTenant(t, db, "alice")
-	w.bob = createTenant(t, db, "bob")
-	w.carol = createTenant(t, db, "carol")
+	w.alice = dbtest.NewTenant(t, db, "alice").ID
+	w.bob = dbtest.NewTenant(t, db, "bob").ID
+	w.carol = dbtest.NewTenant(t, db, "carol").ID
 	for _, l := range []struct{ url, owner, created string }{
 		{urlAppRef, w.alice, "2025-01-01T00:00:00Z"},
 		{urlBothRef, w.alice, "2025-01-02T00:00:00Z"},
@@ -67,11 +70,11 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 		}
 		w.lock[l.url], w.created[l.url] = row.ID, row.Created
 	}
-	createApp(t, db, w.alice, "app-1", w.lock[urlAppRef])
-	createApp(t, db, w.alice, "app-3", w.lock[urlAppRef])
-	createApp(t, db, w.alice, "app-2", w.lock[urlBothRef])
-	createCred(t, db, w.alice, "cred-2", w.lock[urlBothRef])
-	createCred(t, db, w.bob, "cred-1", w.lock[urlCredRef])
+	dbtest.NewApplication(t, db, w.alice, "app-1", w.lock[urlAppRef])
+	dbtest.NewApplication(t, db, w.alice, "app-3", w.lock[urlAppRef])
+	dbtest.NewApplication(t, db, w.alice, "app-2", w.lock[urlBothRef])
+	dbtest.NewCredential(t, db, w.alice, "cred-2", w.lock[urlBothRef])
+	dbtest.NewCredential(t, db, w.bob, "cred-1", w.lock[urlCredRef])
 
 	// Denials: two recent ones, one too old for the report, and an event
 	// that is not a denial.
@@ -102,10 +105,11 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 
 	// Runs: a real dry run (deletes nothing), and a failed run with cleaner
 	// figures recorded by hand.
-	o := opts(1000, time.Minute)
-	o.DryRun = true
+	o := gc.DefaultOptions(gc.TriggerCLI)
+	o.BatchSize, o.MinAge, o.DryRun = 1000, time.Minute, true
 	var err error
-	if w.dryRun, err = newCollector(db, gc.Config{Holder: "reporter"}).Collect(ctx, o); err != nil {
+	collector := gc.New(db, gc.Config{Holder: "reporter", Logger: slog.New(slog.DiscardHandler)})
+	if w.dryRun, err = collector.Collect(ctx, o); err != nil {
 		t.Fatal(err)
 	}
 	var failedID string
@@ -127,13 +131,13 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 // reportJSON runs a report inside tx and decodes its JSON output.
 func reportJSON(t *testing.T, tx database.Tx, name string) (cols []string, items []map[string]any) {
 	t.Helper()
-	rr, err := gc.OpenReport(context.Background(), tx, name, 0)
+	rr, err := reports.Open(context.Background(), tx, name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr.Close()
 	var buf bytes.Buffer
-	if err := rr.Write(&buf, gc.FormatJSON); err != nil {
+	if err := rr.Write(&buf, reports.FormatJSON); err != nil {
 		t.Fatal(err)
 	}
 	var out struct {
@@ -316,10 +320,10 @@ func TestReportFormats(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	alice := createTenant(t, db, "alice")
-	bob := createTenant(t, db, "bob")
-	id := createLock(t, db, alice, "git.example.com/a/x", time.Hour)
-	createApp(t, db, alice, "app", id)
+	alice := dbtest.NewTenant(t, db, "alice").ID
+	bob := dbtest.NewTenant(t, db, "bob").ID
+	id := dbtest.NewLock(t, db, alice, "git.example.com/a/x", time.Hour)
+	dbtest.NewApplication(t, db, alice, "app", id)
 	// Names in events are free text copied at the time: CSV must quote them.
 	var ev struct {
 		ID int64     `db:"id"`
@@ -333,28 +337,28 @@ func TestReportFormats(t *testing.T) {
 
 	tests := []struct {
 		report string
-		format gc.Format
+		format reports.Format
 		limit  int
 		want   string
 	}{
-		{"ownership", gc.FormatCSV, 0, "tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" +
+		{"ownership", reports.FormatCSV, 0, "tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" +
 			alice + ",alice,1,1,0,0\n" +
 			bob + ",bob,0,0,0,0\n"},
-		{"ownership", gc.FormatCSV, 1, "tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" +
+		{"ownership", reports.FormatCSV, 1, "tenant_id,tenant_name,locks,applications,credentials,unreferenced_locks\n" +
 			alice + ",alice,1,1,0,0\n"},
-		{"ownership", gc.FormatTable, 1, "TENANT_ID                             TENANT_NAME  LOCKS  APPLICATIONS  CREDENTIALS  UNREFERENCED_LOCKS\n" +
+		{"ownership", reports.FormatTable, 1, "TENANT_ID                             TENANT_NAME  LOCKS  APPLICATIONS  CREDENTIALS  UNREFERENCED_LOCKS\n" +
 			alice + "  alice        1      1             0            0\n"},
-		{"ownership", gc.FormatJSON, 1, `{"report":"ownership","columns":["tenant_id","tenant_name","locks","applications","credentials","unreferenced_locks"],"items":[` +
+		{"ownership", reports.FormatJSON, 1, `{"report":"ownership","columns":["tenant_id","tenant_name","locks","applications","credentials","unreferenced_locks"],"items":[` +
 			`{"tenant_id":"` + alice + `","tenant_name":"alice","locks":1,"applications":1,"credentials":0,"unreferenced_locks":0}]}` + "\n"},
-		{"denials", gc.FormatCSV, 0, "event_id,denied_at,git_repository_url,requested_by_id,requested_by,owner_id,owner_name\n" +
+		{"denials", reports.FormatCSV, 0, "event_id,denied_at,git_repository_url,requested_by_id,requested_by,owner_id,owner_name\n" +
 			fmt.Sprintf("%d,%s,git.example.com/a/x,%s,\"bob, \"\"the\"\" builder\",%s,alice\n", ev.ID, ts(ev.At), bob, alice)},
-		{"denials", gc.FormatJSON, 0, fmt.Sprintf(`{"report":"denials","columns":["event_id","denied_at","git_repository_url","requested_by_id","requested_by","owner_id","owner_name"],"items":[`+
+		{"denials", reports.FormatJSON, 0, fmt.Sprintf(`{"report":"denials","columns":["event_id","denied_at","git_repository_url","requested_by_id","requested_by","owner_id","owner_name"],"items":[`+
 			`{"event_id":%d,"denied_at":"%s","git_repository_url":"git.example.com/a/x","requested_by_id":"%s","requested_by":"bob, \"the\" builder","owner_id":"%s","owner_name":"alice"}]}`+"\n",
 			ev.ID, ts(ev.At), bob, alice)},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s limit %d", tt.report, tt.format, tt.limit), func(t *testing.T) {
-			rr, err := gc.OpenReport(ctx, db, tt.report, tt.limit)
+			rr, err := reports.Open(ctx, db, tt.report, tt.limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,7 +377,7 @@ func TestReportFormats(t *testing.T) {
 func TestUnknownReport(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	_, err := gc.OpenReport(context.Background(), db, "users; DROP TABLE x", 0)
+	_, err := reports.Open(context.Background(), db, "users; DROP TABLE x", 0)
 	if repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("err = %v, want not_found", err)
 	}
@@ -385,10 +389,10 @@ func TestUnknownReport(t *testing.T) {
 	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs"}) {
 		t.Fatalf("valid_names = %v", names)
 	}
-	if _, err := gc.OpenReport(context.Background(), db, "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
+	if _, err := reports.Open(context.Background(), db, "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("negative limit: err = %v, want invalid_argument", err)
 	}
-	if _, err := gc.ParseFormat("xml", gc.FormatJSON, gc.FormatCSV); repolock.ErrorCode(err) != repolock.EInvalid ||
+	if _, err := reports.ParseFormat("xml", reports.FormatJSON, reports.FormatCSV); repolock.ErrorCode(err) != repolock.EInvalid ||
 		repolock.ErrorMessage(err) != "format must be one of json, csv" {
 		t.Fatalf("ParseFormat(xml) = %v", err)
 	}
@@ -446,7 +450,7 @@ func TestReportingRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"report_denials:SELECT", "report_gc_runs:SELECT", "report_locks:SELECT", "report_orphan_locks:SELECT", "report_ownership:SELECT"}
-	if !equalStrings(grants, want) {
+	if !slices.Equal(grants, want) {
 		t.Fatalf("grants = %v, want %v", grants, want)
 	}
 }

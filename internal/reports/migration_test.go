@@ -1,4 +1,4 @@
-package gc_test
+package reports_test
 
 import (
 	"context"

@@ -1,6 +1,7 @@
-// Package users manages tenants ("cluster users") and their API tokens.
+// Package tenants manages tenants (the design's "cluster users", table
+// cluster_users) and their API tokens.
 // Tokens are random, shown once, and stored only as SHA-256 hashes.
-package users
+package tenants
 
 import (
 	"context"
@@ -11,12 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 )
 
-// User is a tenant.
-type User struct {
+// Tenant is one customer of the service (a row of cluster_users).
+type Tenant struct {
 	ID          string    `db:"id" json:"id"`
 	Name        string    `db:"name" json:"name"`
 	DisplayName string    `db:"display_name" json:"display_name"`
@@ -43,7 +46,7 @@ func ValidateName(name string) error {
 func NewToken() (token string, hash []byte) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		panic("users: crypto/rand failed: " + err.Error())
+		panic("tenants: crypto/rand failed: " + err.Error())
 	}
 	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 	return token, HashToken(token)
@@ -57,18 +60,19 @@ func HashToken(token string) []byte {
 
 // Create creates a tenant and its first token. The token is returned once and
 // never stored.
-func Create(ctx context.Context, db *database.DB, name, displayName string) (User, string, error) {
+func Create(ctx context.Context, db *database.DB, name, displayName string) (_ Tenant, _ string, err error) {
+	defer repolock.WrapOp(&err, "tenants.Create")
 	if err := ValidateName(name); err != nil {
-		return User{}, "", err
+		return Tenant{}, "", err
 	}
 	if len(displayName) > 200 {
-		return User{}, "", repolock.Errorf(repolock.EInvalid, "display_name must be at most 200 characters")
+		return Tenant{}, "", repolock.Errorf(repolock.EInvalid, "display_name must be at most 200 characters")
 	}
 	var (
-		u     User
+		u     Tenant
 		token string
 	)
-	err := db.WithTx(ctx, func(tx database.Tx) error {
+	err = db.WithTx(ctx, func(tx database.Tx) error {
 		err := tx.GetContext(ctx, &u, `
 			INSERT INTO cluster_users (name, display_name) VALUES ($1, $2)
 			RETURNING id, name, display_name, created_at`, name, displayName)
@@ -82,19 +86,20 @@ func Create(ctx context.Context, db *database.DB, name, displayName string) (Use
 		return err
 	})
 	if err != nil {
-		return User{}, "", err
+		return Tenant{}, "", err
 	}
 	return u, token, nil
 }
 
-func issueToken(ctx context.Context, q database.Querier, userID string) (string, error) {
+func issueToken(ctx context.Context, q database.Querier, tenantID string) (string, error) {
 	token, hash := NewToken()
-	_, err := q.ExecContext(ctx, `INSERT INTO api_tokens (cluster_user_id, token_hash) VALUES ($1, $2)`, userID, hash)
+	_, err := q.ExecContext(ctx, `INSERT INTO api_tokens (cluster_user_id, token_hash) VALUES ($1, $2)`, tenantID, hash)
 	return token, err
 }
 
 // IssueToken gives an existing tenant one more token.
-func IssueToken(ctx context.Context, q database.Querier, name string) (string, error) {
+func IssueToken(ctx context.Context, q database.Querier, name string) (_ string, err error) {
+	defer repolock.WrapOp(&err, "tenants.IssueToken")
 	u, err := GetByName(ctx, q, name)
 	if err != nil {
 		return "", err
@@ -104,22 +109,24 @@ func IssueToken(ctx context.Context, q database.Querier, name string) (string, e
 }
 
 // GetByName returns the tenant with the given name.
-func GetByName(ctx context.Context, q database.Querier, name string) (User, error) {
-	var u User
-	err := q.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
+func GetByName(ctx context.Context, q database.Querier, name string) (_ Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.GetByName")
+	var u Tenant
+	err = q.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
 	if err != nil {
 		if database.IsNoRows(err) {
-			return User{}, repolock.Errorf(repolock.ENotFound, "user %q not found", name)
+			return Tenant{}, repolock.Errorf(repolock.ENotFound, "user %q not found", name)
 		}
-		return User{}, database.MapError(err)
+		return Tenant{}, database.MapError(err)
 	}
 	return u, nil
 }
 
 // List returns every tenant ordered by name.
-func List(ctx context.Context, q database.Querier) ([]User, error) {
-	us := []User{}
-	err := q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
+func List(ctx context.Context, q database.Querier) (_ []Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.List")
+	us := []Tenant{}
+	err = q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
 	return us, database.MapError(err)
 }
 
@@ -131,12 +138,12 @@ const authenticateSQL = `
 // Authenticate returns the tenant that owns a valid, unrevoked token. The
 // lookup is by hash, so the database never compares secrets and the time it
 // takes does not depend on how much of a guess was right.
-func Authenticate(ctx context.Context, q database.Querier, token string) (User, error) {
+func Authenticate(ctx context.Context, q database.Querier, token string) (_ Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.Authenticate")
 	if !strings.HasPrefix(token, TokenPrefix) || len(token) > 200 {
-		return User{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
+		return Tenant{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 	}
-	var u User
-	var err error
+	var u Tenant
 	if db, ok := q.(*database.DB); ok {
 		err = db.GetPrepared(ctx, &u, authenticateSQL, HashToken(token))
 	} else {
@@ -144,16 +151,17 @@ func Authenticate(ctx context.Context, q database.Querier, token string) (User, 
 	}
 	if err != nil {
 		if database.IsNoRows(err) {
-			return User{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
+			return Tenant{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 		}
-		return User{}, database.MapError(err)
+		return Tenant{}, database.MapError(err)
 	}
 	return u, nil
 }
 
 // RevokeTokens revokes every token of the named tenant and returns how many
 // were revoked.
-func RevokeTokens(ctx context.Context, q database.Querier, name string) (int64, error) {
+func RevokeTokens(ctx context.Context, q database.Querier, name string) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "tenants.RevokeTokens")
 	u, err := GetByName(ctx, q, name)
 	if err != nil {
 		return 0, err
@@ -163,4 +171,16 @@ func RevokeTokens(ctx context.Context, q database.Querier, name string) (int64, 
 		return 0, database.MapError(err)
 	}
 	return res.RowsAffected()
+}
+
+// Exists reports whether a tenant with the given id exists. An id that is not
+// a UUID names no tenant.
+func Exists(ctx context.Context, q database.Querier, id string) (_ bool, err error) {
+	defer repolock.WrapOp(&err, "tenants.Exists")
+	if uuid.Validate(id) != nil {
+		return false, nil
+	}
+	var ok bool
+	err = q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, id)
+	return ok, database.MapError(err)
 }

@@ -1,0 +1,56 @@
+// Package httpapitest wires the HTTP server's services for tests the way
+// `api serve` wires them (cmd/api), so that every test package that needs a
+// real server builds it in one place.
+package httpapitest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/repostate"
+	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
+)
+
+// Config returns a complete httpapi.Config on db: a registry of its own, the
+// GC collector with its metrics and the repository Cleaner, the repostate
+// and syncstate services. A nil logger discards.
+func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken string) httpapi.Config {
+	tb.Helper()
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := gc.NewMetrics(reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger,
+		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})
+	return httpapi.Config{
+		DB:           db,
+		Logger:       logger,
+		AdminToken:   adminToken,
+		Registry:     reg,
+		GC:           gc.New(db, gc.Config{Logger: logger, Metrics: metrics, Cleaner: cleaner}),
+		Repositories: repostate.NewPostgres(db, repostate.Config{Logger: logger}),
+		Sync:         syncstate.New(db, syncstate.Options{Logger: logger}),
+	}
+}
+
+// New builds the server on db with Config.
+func New(tb testing.TB, db *database.DB, adminToken string) *httpapi.Server {
+	tb.Helper()
+	srv, err := httpapi.New(Config(tb, db, nil, adminToken))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return srv
+}
