@@ -260,6 +260,11 @@ SELECT count(*), count(*) FILTER (WHERE trigger = 'cli'), count(*) FILTER (WHERE
 		t.Fatal(err)
 	}
 	t.Logf("gc_runs: %d (%d cli, %d schedule)", runs, cli, schedule)
+	if unfinished != 0 {
+		var status, trigger, errText sql.NullString
+		_ = db.QueryRow(`SELECT status, trigger, error FROM gc_runs WHERE status <> 'succeeded' LIMIT 1`).Scan(&status, &trigger, &errText)
+		t.Errorf("a gc run that did not succeed: status %s, trigger %s, error %s", status.String, trigger.String, errText.String)
+	}
 	if runs == 0 || cli == 0 || unfinished != 0 || overlapping != 0 {
 		t.Fatalf("gc_runs: %d runs (%d from the CLI, %d scheduled), %d not succeeded, %d overlapping pairs", runs, cli, schedule, unfinished, overlapping)
 	}

@@ -97,6 +97,16 @@ func (c *commonFlags) migrateUp(ctx context.Context, db *database.DB, logger *sl
 	return database.MigrateUp(ctx, mdb, logger)
 }
 
+// openReportsReplica opens the REPORTS_DATABASE_URL pool for the report
+// routes of api serve, or returns nil when it is not set.
+func (c *commonFlags) openReportsReplica(ctx context.Context) (*database.DB, error) {
+	if c.db.reportingURL() == "" {
+		return nil, nil
+	}
+	db, _, err := c.openReports(ctx)
+	return db, err
+}
+
 // openReports opens the pool reports read from: REPORTS_DATABASE_URL when
 // set, else the ordinary one. The second result is false when it is the
 // ordinary database.

@@ -64,6 +64,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	reportsDB, err := common.openReportsReplica(ctx)
+	if err != nil {
+		return err
+	}
+	if reportsDB != nil {
+		defer reportsDB.Close()
+	}
 	srv, err := httpapi.New(httpapi.Config{
 		DB:             db,
 		Logger:         logger,
@@ -73,6 +80,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:           syncstate.New(db, syncstate.Options{Logger: logger}),
 		GC:             collector,
+		ReportsDB:      reportsDB,
 	})
 	if err != nil {
 		return err
