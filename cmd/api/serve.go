@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/httpapi"
 )
@@ -60,6 +61,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The operator console under /ui/ (docs/console.md).
+	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken})
+	if err != nil {
+		return err
+	}
+	ui.Mount(srv.Echo)
 	stopGC, err := gcLoop.start(ctx, db, srv, logger)
 	if err != nil {
 		return err
