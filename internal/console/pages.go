@@ -352,8 +352,12 @@ func (c *Console) renderGC(w http.ResponseWriter, r *http.Request, s *session, r
 	c.render(w, r, status, "gc", s, view{Title: "GC", Nav: "gc", Body: v})
 }
 
-func (c *Console) gcDryRun(w http.ResponseWriter, r *http.Request, s *session) { c.collect(w, r, s, true) }
-func (c *Console) gcRun(w http.ResponseWriter, r *http.Request, s *session)    { c.collect(w, r, s, false) }
+func (c *Console) gcDryRun(w http.ResponseWriter, r *http.Request, s *session) {
+	c.collect(w, r, s, true)
+}
+func (c *Console) gcRun(w http.ResponseWriter, r *http.Request, s *session) {
+	c.collect(w, r, s, false)
+}
 
 // collect runs the GC like POST /v1/admin/gc and shows the result above the
 // runs (a skipped run says so). The POST answers the page directly: a dry
