@@ -64,8 +64,8 @@ func hourChart(title string, hourNow int64, n int, kinds []string, rows []hourCo
 // drawBars draws the bars in a viewBox that scales to the page width.
 func drawBars(title string, first int64, n int, kinds []string, buckets [][]int64, maxSum int64) template.HTML {
 	const (
-		w      = 720.0
-		h      = 160.0
+		w      = 1000.0
+		h      = 150.0
 		top    = 12.0
 		bottom = 22.0
 		left   = 36.0
@@ -82,8 +82,10 @@ func drawBars(title string, first int64, n int, kinds []string, buckets [][]int6
 	}
 	// Axis and the maximum's gridline.
 	fmt.Fprintf(&b, `<line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`, left, h-bottom, w, h-bottom)
-	fmt.Fprintf(&b, `<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`, left, top, w, top)
-	fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%.1f" text-anchor="end">%s</text>`, left-4, top+4, formatInt(maxSum))
+	if maxSum > 0 {
+		fmt.Fprintf(&b, `<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`, left, top, w, top)
+		fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%.1f" text-anchor="end">%s</text>`, left-4, top+4, formatInt(maxSum))
+	}
 	fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%.1f" text-anchor="end">0</text>`, left-4, h-bottom+4)
 	for i, vals := range buckets {
 		x := left + float64(i)*barW
@@ -99,7 +101,7 @@ func drawBars(title string, first int64, n int, kinds []string, buckets [][]int6
 				kinds[k], x+barW*0.1, y, barW*0.8, bh, hourStart.Format("2006-01-02 15:00 UTC"), kinds[k], v)
 		}
 		// Hour labels: every 6 hours on the day chart, every day on the week chart.
-		if (n <= 24 && hourStart.Hour()%6 == 0) || (n > 24 && hourStart.Hour() == 0) {
+		if x < w-50 && ((n <= 24 && hourStart.Hour()%6 == 0) || (n > 24 && hourStart.Hour() == 0)) {
 			label := hourStart.Format("15:00")
 			if n > 24 {
 				label = hourStart.Format("Jan 2")
