@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
@@ -32,6 +33,13 @@ import (
 
 // Prefix is where the console is mounted.
 const Prefix = "/ui"
+
+// Sign-in attempts allowed per process: SignInBurst at once, then
+// SignInRate per second.
+const (
+	SignInRate  rate.Limit = 1
+	SignInBurst            = 10
+)
 
 // DefaultSessionTTL is how long a sign-in lasts.
 const DefaultSessionTTL = 12 * time.Hour
@@ -59,7 +67,10 @@ type Config struct {
 
 // Console is the console's http.Handler.
 type Console struct {
-	cfg   Config
+	cfg Config
+	// signIns limits sign-in attempts (all of them, per process), so the
+	// admin token cannot be guessed at network speed.
+	signIns *rate.Limiter
 	data  *data
 	mux   *http.ServeMux
 	pages map[string]*template.Template
@@ -91,7 +102,8 @@ func New(cfg Config) (*Console, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 50
 	}
-	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux()}
+	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux(),
+		signIns: rate.NewLimiter(SignInRate, SignInBurst)}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}

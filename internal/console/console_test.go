@@ -78,6 +78,23 @@ func TestSignIn(t *testing.T) {
 	}
 }
 
+func TestSignInRateLimited(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	for range SignInBurst {
+		wantStatus(t, b.post("/ui/login", url.Values{"token": {"rla_guess"}}), http.StatusUnauthorized)
+	}
+	r := b.post("/ui/login", url.Values{"token": {testAdminToken}})
+	wantStatus(t, r, http.StatusTooManyRequests)
+	if r.Header.Get("Retry-After") != "1" || r.Header.Get("Set-Cookie") != "" {
+		t.Errorf("Retry-After %q, Set-Cookie %q", r.Header.Get("Retry-After"), r.Header.Get("Set-Cookie"))
+	}
+	// One token comes back per second of the (injected) clock.
+	e.clock.Advance(time.Second)
+	wantStatus(t, b.post("/ui/login", url.Values{"token": {testAdminToken}}), http.StatusSeeOther)
+	wantStatus(t, b.post("/ui/login", url.Values{"token": {testAdminToken}}), http.StatusTooManyRequests)
+}
+
 func TestSignInRedirectStaysInConsole(t *testing.T) {
 	e := newEnv(t)
 	for _, next := range []string{"https://evil.example/", "//evil.example/ui/", "/v1/admin/users", "/ui/\\evil"} {

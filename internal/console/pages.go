@@ -36,6 +36,12 @@ func safeNext(next string) string {
 // refused with its own message (403), anything else is 401.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	if !c.signIns.AllowN(c.now(), 1) {
+		w.Header().Set("Retry-After", "1")
+		c.render(w, r, http.StatusTooManyRequests, "login", nil, view{Title: "Sign in",
+			Error: "Too many sign-in attempts. Wait a moment and try again.", Body: safeNext(r.PostFormValue("next"))})
+		return
+	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
 	fail := func(status int, msg string) {
