@@ -71,9 +71,9 @@ type Console struct {
 	// signIns limits sign-in attempts (all of them, per process), so the
 	// admin token cannot be guessed at network speed.
 	signIns *rate.Limiter
-	data  *data
-	mux   *http.ServeMux
-	pages map[string]*template.Template
+	data    *data
+	mux     *http.ServeMux
+	pages   map[string]*template.Template
 }
 
 //go:embed templates/*.html
