@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/users"
@@ -388,16 +389,41 @@ func TestOwnership(t *testing.T) {
 	wantStatus(t, r, http.StatusOK)
 	wantContains(t, r, "ev-denied")
 	wantNotContains(t, r, "ev-acquired")
-	next := nextLink(r)
+	next := nextLinkOf(r, "before")
 	if !strings.HasPrefix(next, "/ui/ownership?") || !strings.Contains(next, "url=github.com%2Forg%2Frepo") {
 		t.Fatalf("next link %q lost the filter", next)
 	}
 	r = b.get(next)
 	wantContains(t, r, "ev-acquired")
 	wantNotContains(t, r, "ev-denied")
-	if nextLink(r) != "" {
+	if nextLinkOf(r, "before") != "" {
 		t.Error("a next link on the last page")
 	}
+
+	// Holders paginate: applications first, then credentials.
+	e.mustApp(alice.ID, "web2", "git@github.com:org/repo")
+	if _, err := apps.CreateRepositoryCredential(ctx, e.db, alice.ID, apps.NewRepositoryCredential{
+		Name: "deploy", RepoURL: "https://github.com/org/repo", SecretRef: "vault:kv/deploy"}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	holderRE := regexp.MustCompile(`<td>(application|credential)</td><td>alice</td><td>([a-z0-9]+)</td>`)
+	for page, link := 0, "/ui/ownership?url=github.com/org/repo&page_size=1"; link != ""; page++ {
+		if page > 5 {
+			t.Fatal("holders do not end")
+		}
+		r := b.get(link)
+		wantStatus(t, r, http.StatusOK)
+		wantContains(t, r, "Held by 2 Application(s) and 1 Credential(s)")
+		for _, m := range holderRE.FindAllStringSubmatch(r.Body, -1) {
+			seen = append(seen, m[1]+":"+m[2])
+		}
+		link = nextLinkOf(r, "holders_after")
+	}
+	if got := strings.Join(seen, ","); got != "application:web,application:web2,credential:deploy" {
+		t.Errorf("holders over the pages: %s", got)
+	}
+	wantStatus(t, b.get("/ui/ownership?url=github.com/org/repo&holders_after=bogus"), http.StatusBadRequest)
 
 	r = b.get("/ui/ownership?url=" + url.QueryEscape("https://github.com/free/repo"))
 	wantStatus(t, r, http.StatusOK)
@@ -411,12 +437,11 @@ func TestOwnership(t *testing.T) {
 	e.mustApp(alice.ID, "api", "https://gitlab.com/org/api")
 	r = b.get("/ui/ownership?tenant=alice&page_size=1")
 	wantStatus(t, r, http.StatusOK)
-	wantContains(t, r, "holds 2 lock(s), 2 application(s), 0 credential(s)", "<code>github.com/org/repo</code>")
+	wantContains(t, r, "holds 2 lock(s), 3 application(s), 1 credential(s)", "<code>github.com/org/repo</code>")
 	r = b.get(nextLink(r))
 	wantContains(t, r, "<code>gitlab.com/org/api</code>")
 	wantStatus(t, b.get("/ui/ownership?tenant=nobody"), http.StatusNotFound)
 	wantStatus(t, b.get("/ui/ownership?tenant=alice&page_token=W1tbW1tb"), http.StatusBadRequest)
-	_ = ctx
 }
 
 func TestDenials(t *testing.T) {

@@ -9,9 +9,13 @@ package console
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/lib/pq"
 
@@ -190,24 +194,79 @@ type holder struct {
 	CreatedAt time.Time `db:"created_at"`
 }
 
-// holders lists what holds lockID, a page at a time by (kind, created_at, id)
-// through the reference tables' lock_id indexes.
-func (d *data) holders(ctx context.Context, lockID string, limit int) ([]holder, error) {
+// holderCursor is a keyset position in a lock's holders, ordered by
+// (kind, created_at, id): applications first, then credentials.
+type holderCursor struct {
+	Kind      string
+	CreatedAt time.Time
+	ID        string
+}
+
+var holderStart = holderCursor{Kind: "", CreatedAt: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), ID: "00000000-0000-0000-0000-000000000000"}
+
+func (h holderCursor) encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(h.Kind + "|" + h.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + h.ID))
+}
+
+func decodeHolderCursor(s string) (holderCursor, error) {
+	if s == "" {
+		return holderStart, nil
+	}
+	bad := repolock.Errorf(repolock.EInvalid, "holders_after is not valid")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) > 200 {
+		return holderCursor{}, bad
+	}
+	parts := strings.Split(string(b), "|")
+	if len(parts) != 3 || (parts[0] != "application" && parts[0] != "credential") {
+		return holderCursor{}, bad
+	}
+	t, err := time.Parse(time.RFC3339Nano, parts[1])
+	if err != nil || t.Year() < 1 || t.Year() > 9999 {
+		return holderCursor{}, bad
+	}
+	if _, err := uuid.Parse(parts[2]); err != nil {
+		return holderCursor{}, bad
+	}
+	return holderCursor{Kind: parts[0], CreatedAt: t.UTC(), ID: parts[2]}, nil
+}
+
+// holders returns a page of what holds lockID (the reference tables'
+// lock_id indexes, then the rows by primary key) and the cursor of the next
+// page ("" after the last).
+func (d *data) holders(ctx context.Context, lockID, after string, size int) ([]holder, string, error) {
+	cur, err := decodeHolderCursor(after)
+	if err != nil {
+		return nil, "", err
+	}
 	var rows []holder
-	err := d.db.SelectContext(ctx, &rows, `
-		(SELECT 'application' AS kind, a.id, u.name AS tenant, a.name, a.repo_url, a.created_at
-		   FROM RepositoryLockApplication r
-		   JOIN applications a ON a.id = r.application_id
-		   JOIN cluster_users u ON u.id = a.cluster_user_id
-		  WHERE r.lock_id = $1 ORDER BY a.created_at, a.id LIMIT $2)
-		UNION ALL
-		(SELECT 'credential' AS kind, c.id, u.name AS tenant, c.name, c.repo_url, c.created_at
-		   FROM RepositoryLockRepositoryCredential r
-		   JOIN repository_credentials c ON c.id = r.repository_credential_id
-		   JOIN cluster_users u ON u.id = c.cluster_user_id
-		  WHERE r.lock_id = $1 ORDER BY c.created_at, c.id LIMIT $2)
-		ORDER BY kind, created_at, id`, lockID, limit)
-	return rows, database.MapError(err)
+	err = d.db.SelectContext(ctx, &rows, `
+		SELECT * FROM (
+			(SELECT 'application' AS kind, a.id, u.name AS tenant, a.name, a.repo_url, a.created_at
+			   FROM RepositoryLockApplication r
+			   JOIN applications a ON a.id = r.application_id
+			   JOIN cluster_users u ON u.id = a.cluster_user_id
+			  WHERE r.lock_id = $1 AND ('application', a.created_at, a.id) > ($2::text, $3::timestamptz, $4::uuid)
+			  ORDER BY a.created_at, a.id LIMIT $5)
+			UNION ALL
+			(SELECT 'credential' AS kind, c.id, u.name AS tenant, c.name, c.repo_url, c.created_at
+			   FROM RepositoryLockRepositoryCredential r
+			   JOIN repository_credentials c ON c.id = r.repository_credential_id
+			   JOIN cluster_users u ON u.id = c.cluster_user_id
+			  WHERE r.lock_id = $1 AND ('credential', c.created_at, c.id) > ($2::text, $3::timestamptz, $4::uuid)
+			  ORDER BY c.created_at, c.id LIMIT $5)
+		) h
+		ORDER BY kind, created_at, id LIMIT $5`, lockID, cur.Kind, cur.CreatedAt, cur.ID, size+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	next := ""
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[size-1]
+		next = holderCursor{Kind: last.Kind, CreatedAt: last.CreatedAt, ID: last.ID}.encode()
+	}
+	return rows, next, nil
 }
 
 // lockEvent is a row of repository_lock_events.

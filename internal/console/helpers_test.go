@@ -218,6 +218,17 @@ func wantNotContains(t *testing.T, r response, subs ...string) {
 
 var nextRE = regexp.MustCompile(`<a href="([^"]+)" rel="next">`)
 
+// nextLinkOf is the "next page" link of the list paged by param ("" when
+// none).
+func nextLinkOf(r response, param string) string {
+	re := regexp.MustCompile(`data-param="` + regexp.QuoteMeta(param) + `">(?:<a href="[^"]+">« first page</a>)?<a href="([^"]+)" rel="next">`)
+	m := re.FindStringSubmatch(r.Body)
+	if m == nil {
+		return ""
+	}
+	return strings.ReplaceAll(m[1], "&amp;", "&")
+}
+
 // nextLink is the page's "next page" link, unescaped ("" when none).
 func nextLink(r response) string {
 	m := nextRE.FindStringSubmatch(r.Body)

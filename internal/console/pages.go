@@ -131,15 +131,15 @@ type ownershipView struct {
 	Tenant  string
 	Owner   *locks.Owner
 	Holders []holder
+	// HoldersPager pages the holders (holders_after), Pager the events
+	// (before) or a tenant's locks (page_token).
+	HoldersPager pager
 	Events  []lockEvent
 	Pager   pager
 	// Tenant search.
 	TenantRow *tenantRow
 	Locks     []locks.Lock
 }
-
-// maxHolders caps the Applications and Credentials listed per kind.
-const maxHolders = 200
 
 func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
@@ -166,10 +166,12 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 			return
 		}
 		if v.Owner != nil {
-			if v.Holders, err = c.data.holders(ctx, v.Owner.LockID, maxHolders); err != nil {
+			hs, next, err := c.data.holders(ctx, v.Owner.LockID, q.Get("holders_after"), size)
+			if err != nil {
 				c.fail(w, r, s, err)
 				return
 			}
+			v.Holders, v.HoldersPager = hs, newPager(r, "holders_after", next)
 		}
 		before, err := int64Param(r, "before")
 		if err != nil {

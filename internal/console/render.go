@@ -206,6 +206,7 @@ func withParamOn(path string, r *http.Request, key, value string) string {
 
 // pager holds the links of a keyset-paginated list.
 type pager struct {
+	Param string // the query parameter that holds the position
 	First string // "" on the first page
 	Next  string // "" on the last page
 }
@@ -215,7 +216,7 @@ func newPager(r *http.Request, tokenParam, next string) pager {
 }
 
 func newPagerOn(path string, r *http.Request, tokenParam, next string) pager {
-	var p pager
+	p := pager{Param: tokenParam}
 	if r.URL.Query().Get(tokenParam) != "" {
 		p.First = withParamOn(path, r, tokenParam, "")
 	}
