@@ -134,8 +134,8 @@ type ownershipView struct {
 	// HoldersPager pages the holders (holders_after), Pager the events
 	// (before) or a tenant's locks (page_token).
 	HoldersPager pager
-	Events  []lockEvent
-	Pager   pager
+	Events       []lockEvent
+	Pager        pager
 	// Tenant search.
 	TenantRow *tenantRow
 	Locks     []locks.Lock
