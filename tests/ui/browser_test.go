@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -400,6 +401,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	do("overview", chromedp.Navigate(srv.URL+"/ui/"), visible("#count-tenants"), shot("overview"))
 	if last := text(".card"); !strings.Contains(last, "succeeded") || !strings.Contains(last, "dry run") {
 		t.Errorf("overview's last GC run: %q", last)
+	}
+
+	// Reading works with JavaScript disabled: the pages are server-rendered.
+	if _, err := chromedp.Call(bctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct{ path, want string }{
+		{"/ui/", `id="count-tenants">3</span>`},
+		{"/ui/denials", "<td>bob</td>"},
+		{"/ui/ownership?url=HTTPS%3A%2F%2FGITHUB.COM%2Forg%2Frepo%2F", `<strong id="owner">alice</strong>`},
+	} {
+		do("no-js "+p.path, chromedp.Navigate(srv.URL+p.path))
+		html, err := chromedp.Run(bctx, chromedp.OuterHTML(chromedp.CSS("html")))
+		if err != nil {
+			t.Fatalf("no-js %s: %v", p.path, err)
+		}
+		if !strings.Contains(html, p.want) {
+			t.Errorf("with JavaScript disabled %s lacks %q", p.path, p.want)
+		}
+	}
+	if _, err := chromedp.Call(bctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Sync and tenants.
