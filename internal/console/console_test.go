@@ -23,7 +23,12 @@ func TestSignIn(t *testing.T) {
 	_, tenantToken := e.tenant("alice")
 	b := e.browser()
 
-	r := b.get("/ui/")
+	r := b.get("/ui")
+	wantStatus(t, r, http.StatusMovedPermanently)
+	if got := r.Header.Get("Location"); got != "/ui/" {
+		t.Errorf("/ui: Location %q", got)
+	}
+	r = b.get("/ui/")
 	wantStatus(t, r, http.StatusSeeOther)
 	if got := r.Header.Get("Location"); got != "/ui/login?next=%2Fui%2F" {
 		t.Errorf("Location %q", got)
