@@ -745,3 +745,26 @@ func TestWhen(t *testing.T) {
 		}
 	}
 }
+
+// Sessions live in the database: a session made on one replica opens pages
+// on another, and signing out on either ends it everywhere.
+func TestSessionSharedAcrossReplicas(t *testing.T) {
+	e := newEnv(t)
+	other, err := New(Config{DB: e.db, AdminToken: testAdminToken, Now: e.clock.Now, Logger: e.ui.cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := httptest.NewServer(other)
+	defer srv2.Close()
+	e2 := &env{t: t, db: e.db, ui: other, srv: srv2, clock: e.clock}
+
+	b1 := e.browser()
+	b1.signIn()
+	u1, _ := url.Parse(e.srv.URL)
+	u2, _ := url.Parse(srv2.URL)
+	b2 := e2.browser()
+	b2.hc.Jar.SetCookies(u2, b1.hc.Jar.Cookies(u1))
+	wantStatus(t, b2.get("/ui/tenants"), http.StatusOK)
+	wantStatus(t, b2.post("/ui/logout", form(b2.csrf())), http.StatusSeeOther)
+	wantStatus(t, b1.get("/ui/tenants"), http.StatusSeeOther)
+}
