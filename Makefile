@@ -50,6 +50,15 @@ test: ## start Postgres (and install git) if needed, go vet, go test -race on ev
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory test-deploy
 
+.PHONY: test-ui
+test-ui: ## browser tests of the console (/ui/): installs Debian's chromium if it can, skips with a message if not
+	@set -e; url=$$($(PG_ENSURE)); chromium=$$(scripts/ensure-chromium.sh); \
+	if [ -z "$$chromium" ]; then echo "test-ui: SKIPPED: no Chromium available (see the message above)"; exit 0; fi; \
+	mkdir -p $${ARTIFACTS:-.artifacts}/ui; \
+	CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
+		$(GO) test -race -count=1 -timeout 10m -v -run . ./tests/ui/; \
+	echo "test-ui: screenshots in $${ARTIFACTS:-.artifacts}/ui/"
+
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
 	@set -e; url=$$($(PG_ENSURE)); \
