@@ -51,6 +51,10 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 	@set -e; url=$$($(PG_ENSURE)); \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
 
+.PHONY: bench-http
+bench-http: build ## the binary at its defaults against its own database: pgbench + wrk, 32 connections, 15 s per phase (BENCH_DURATION=3s, BENCH_BASE_REF=<ref>)
+	@scripts/bench-http.sh
+
 .PHONY: fuzz
 fuzz: ## fuzz the URL normalizer for FUZZTIME (default 60s)
 	$(GO) test -run '^$$' -fuzz FuzzRepoURL -fuzztime $(FUZZTIME) ./internal/normalize
