@@ -80,11 +80,19 @@ func freePort() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// param is one Bind parameter: nil is SQL NULL; binary marks format 1
-// (lib/pq sends []byte, that is bytea, in binary).
+// param is one Bind parameter: nil is SQL NULL; Binary marks format 1.
 type param struct {
 	Value  []byte
 	Binary bool
+}
+
+// text is the parameter in the text format pgbench sends. lib/pq sends a
+// []byte either as bytea text (\x...) or in binary; binary becomes \x...
+func (p param) text() string {
+	if p.Binary {
+		return `\x` + hex.EncodeToString(p.Value)
+	}
+	return string(p.Value)
 }
 
 // stmt is one executed statement.
@@ -127,6 +135,21 @@ type proxy struct {
 	ln       net.Listener
 	upstream string
 	rec      *recorder
+}
+
+// startProxy listens on a free 127.0.0.1 port and forwards every connection
+// to upstream (host:port; port 5432 when absent).
+func startProxy(upstream string) (*proxy, error) {
+	if _, _, err := net.SplitHostPort(upstream); err != nil {
+		upstream = net.JoinHostPort(upstream, "5432")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &proxy{ln: ln, upstream: upstream, rec: &recorder{}}
+	go p.serve()
+	return p, nil
 }
 
 func (p *proxy) serve() {
@@ -304,17 +327,12 @@ func runCapture(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := startProxy(u.Host)
 	if err != nil {
 		return err
 	}
-	p := &proxy{ln: ln, upstream: u.Host, rec: &recorder{}}
-	if !strings.Contains(p.upstream, ":") {
-		p.upstream += ":5432"
-	}
-	go p.serve()
-	defer ln.Close()
-	u.Host = ln.Addr().String()
+	defer p.ln.Close()
+	u.Host = p.ln.Addr().String()
 
 	listen, err := freePort()
 	if err != nil {
@@ -452,10 +470,7 @@ func writeScript(dir string, stmts []stmt) error {
 			case p.Value == nil:
 				return fmt.Errorf("statement %d parameter $%d is NULL; pgbench cannot send a NULL parameter", i+1, j+1)
 			default:
-				v := string(p.Value)
-				if p.Binary {
-					v = `\x` + hex.EncodeToString(p.Value) // bytea text form
-				}
+				v := p.text()
 				if strings.ContainsAny(v, "\n\x00") {
 					return fmt.Errorf("statement %d parameter $%d does not fit a pgbench -D value", i+1, j+1)
 				}
