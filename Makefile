@@ -88,9 +88,9 @@ pg: ## make sure a Postgres is reachable and print its URL
 	@$(PG_ENSURE)
 
 .PHONY: clean-testdb
-clean-testdb: ## drop databases left behind by interrupted test runs
+clean-testdb: ## drop databases left behind by interrupted test and bench-http runs
 	@set -e; url=$$($(PG_ENSURE)); \
-	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%'"); do \
+	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%' OR datname LIKE 'repolock\_bench\_%'"); do \
 		echo "drop $$d"; psql "$$url" -qc "DROP DATABASE \"$$d\" WITH (FORCE)"; \
 	done
 

@@ -67,6 +67,7 @@ base_tree=""
 cleanup() {
 	local rc=$? side
 	set +e
+	trap '' INT TERM # finish cleaning up even if interrupted again
 	for side in "${!server_pid[@]}"; do
 		kill -INT "${server_pid[$side]}" 2>/dev/null && wait "${server_pid[$side]}" 2>/dev/null
 	done
@@ -75,7 +76,7 @@ cleanup() {
 	done
 	[ -n "$base_tree" ] && git worktree remove --force "$base_tree" >/dev/null 2>&1
 	if [ $rc -ne 0 ] && [ -d "$tmp" ]; then
-		say "failed; server logs kept in $tmp"
+		say "stopped with status $rc; server logs kept in $tmp"
 	else
 		rm -rf "$tmp"
 	fi
