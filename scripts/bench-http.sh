@@ -124,6 +124,7 @@ start_side() {
 		kill -0 "${server_pid[$side]}" 2>/dev/null || { say "$side: the binary exited:"; tail -n 20 "$tmp/server-$side.log" >&2; return 1; }
 		sleep 0.1
 	done
+	curl -fsS -o /dev/null "${base_url[$side]}/healthz" || { say "$side: the binary did not answer /healthz within 30 s"; return 1; }
 	local created="" path
 	# The admin route of tenants: /v1/admin/users today (tenants after the
 	# rename); the first that exists is used.
