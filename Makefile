@@ -64,6 +64,10 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 	@set -e; url=$$($(PG_ENSURE)); \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
 
+.PHONY: bench-http
+bench-http: build ## the binary at its defaults against its own database: pgbench + wrk, 32 connections, 15 s per phase (BENCH_DURATION=3s, BENCH_BASE_REF=<ref>)
+	@scripts/bench-http.sh
+
 .PHONY: fuzz
 fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
 	@scripts/git-ensure.sh
@@ -103,9 +107,9 @@ pg: ## make sure a Postgres is reachable and print its URL
 	@$(PG_ENSURE)
 
 .PHONY: clean-testdb
-clean-testdb: ## drop databases left behind by interrupted test runs
+clean-testdb: ## drop databases left behind by interrupted test and bench-http runs
 	@set -e; url=$$($(PG_ENSURE)); \
-	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%'"); do \
+	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%' OR datname LIKE 'repolock\_bench\_%'"); do \
 		echo "drop $$d"; psql "$$url" -qc "DROP DATABASE \"$$d\" WITH (FORCE)"; \
 	done
 
