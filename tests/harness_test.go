@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
@@ -222,7 +223,8 @@ func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	// Every exchange is validated against the document (a violation fails t).
+	res, err := s.httpClient(t).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -232,6 +234,12 @@ func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
 	return res.StatusCode, res.Header, raw
+}
+
+// httpClient is an HTTP client whose exchanges are validated against
+// api/openapi.yaml; a violation fails t.
+func (s *server) httpClient(t *testing.T) *http.Client {
+	return &http.Client{Transport: contracttest.New(t).Transport(t, nil)}
 }
 
 // runCLI runs the api binary with args and the database URL in the
