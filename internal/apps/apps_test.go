@@ -234,8 +234,8 @@ func TestCredentialSecrets(t *testing.T) {
 	}{
 		{"password in URL", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://me:hunter2@github.com/a/b", SecretRef: "vault://x"}, "repo_url must not contain a password or token"},
 		{"no secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b"}, "secret_ref is required"},
-		{"private key as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "repository credentials never carry secrets"},
-		{"token as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "ghp_abcdefabcdefabcdefabcdefabcdef123456"}, "repository credentials never carry secrets"},
+		{"private key as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "secret_ref holds a PEM private key, not a reference: store the secret in your secret store and send its location in secret_ref instead"},
+		{"token as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "ghp_abcdefabcdefabcdefabcdefabcdef123456"}, "secret_ref holds a GitHub personal access token, not a reference: store the secret in your secret store and send its location in secret_ref instead"},
 		{"whitespace in secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "my secret"}, "secret_ref must be a reference"},
 		{"control character in username", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", Username: "a\nb", SecretRef: "vault://x"}, "username must not contain control characters"},
 	} {
