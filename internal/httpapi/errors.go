@@ -57,7 +57,9 @@ func (s *Server) allowedMethods(c echo.Context) []string {
 		}
 		probe := s.Echo.NewContext(c.Request(), nil)
 		s.Echo.Router().Find(m, path, probe)
-		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") {
+		// The router marks a path that matched without this method with
+		// the Allow key (and answers 405); only a real match counts.
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil {
 			allowed = append(allowed, m)
 		}
 	}

@@ -48,12 +48,12 @@ func newTenantLimiter(limit float64, burst int) *tenantLimiter {
 // allowed: 0 when it may go now (and then the request is counted).
 func (l *tenantLimiter) wait(tenantID string, now time.Time) time.Duration {
 	l.mu.Lock()
+	l.sweep(now)
 	b, ok := l.buckets[tenantID]
 	if !ok {
 		b = rate.NewLimiter(l.limit, l.burst)
 		l.buckets[tenantID] = b
 	}
-	l.sweep(now)
 	l.mu.Unlock()
 	r := b.ReserveN(now, 1)
 	if !r.OK() {
