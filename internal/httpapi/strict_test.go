@@ -25,7 +25,7 @@ func TestStrictInput(t *testing.T) {
 	const users = "/v1/admin/users"
 	for _, tc := range []struct {
 		name, method, path, token, body string
-		msg                              string
+		msg                             string
 	}{
 		{"NUL in display_name", http.MethodPost, users, adminToken, `{"name":"x1","display_name":"a\u0000b"}`, "display_name must not contain NUL bytes"},
 		{"LF in display_name", http.MethodPost, users, adminToken, `{"name":"x2","display_name":"a\nb"}`, "display_name must be a single line (no CR or LF)"},
