@@ -56,8 +56,10 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
 
 .PHONY: fuzz
-fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
+fuzz: ## fuzz the URL normalizer and the HTTP layer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
 	@scripts/git-ensure.sh
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -fuzz '^FuzzHTTP$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzRepoURL$$' -fuzztime $(FUZZTIME) ./internal/normalize
 	$(GO) test -run '^$$' -fuzz '^FuzzEquivalentSpellings$$' -fuzztime $(FUZZTIME) ./internal/normalize
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizerAliases$$' -fuzztime $(FUZZTIME) ./internal/normalize
