@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -39,15 +38,6 @@ func (g *gcRunFlags) options(t gc.Trigger) gc.Options {
 	o.BatchSize = g.batchSize
 	o.MinAge = g.minAge
 	return o
-}
-
-func envInt(e *env, key string, def int) int {
-	if v := e.getenv(key); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-	}
-	return def
 }
 
 // metricsTextfile writes the CLI's private metrics registry for the
