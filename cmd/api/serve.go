@@ -63,7 +63,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	// and POST /v1/admin/gc share it) and the stateful services.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	collector, err := newCollector(db, logger, reg)
+	ret, err := gcLoop.run.retention()
+	if err != nil {
+		return err
+	}
+	collector, err := newCollector(db, logger, reg, ret)
 	if err != nil {
 		return err
 	}
