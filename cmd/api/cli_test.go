@@ -40,8 +40,13 @@ func TestStrictEnvironment(t *testing.T) {
 		{[]string{"serve"}, "RATE_LIMIT", "fast", `invalid RATE_LIMIT="fast": want a number, such as 50 or 0.5`},
 		{[]string{"serve"}, "RATE_BURST", "1.5", `invalid RATE_BURST="1.5": want a whole number`},
 		{[]string{"clean"}, "GC_TIMEOUT", "1", `invalid GC_TIMEOUT="1": want a duration with a unit`},
+		{[]string{"gc"}, "EVENT_RETENTION", "90d", `invalid EVENT_RETENTION="90d": want a duration with a unit`},
+		{[]string{"gc"}, "EVENT_RETENTION", "90s", `event retention must be at least 24h (or negative to keep rows forever), got 1m30s`},
+		{[]string{"gc"}, "GC_RUNS_KEPT", "many", `invalid GC_RUNS_KEPT="many": want a whole number`},
+		{[]string{"gc"}, "LOG_LEVEL", "verbose", `invalid --log-level / LOG_LEVEL "verbose": want debug, info, warn or error`},
+		{[]string{"migrate", "up"}, "LOG_FORMAT", "xml", `invalid --log-format / LOG_FORMAT "xml": want json or text`},
 	} {
-		t.Run(tc.key, func(t *testing.T) {
+		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			code, stdout, stderr := cli(t, map[string]string{tc.key: tc.val}, tc.args...)
 			if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {
 				t.Fatalf("api %s with %s=%s: exit %d, stderr %q; want 2 and %q", tc.args[0], tc.key, tc.val, code, stderr, tc.want)

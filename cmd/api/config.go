@@ -97,7 +97,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, e *env) {
 func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("invalid --log-level %q", c.logLevel)
+		return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-level / LOG_LEVEL %q: want debug, info, warn or error", c.logLevel)}
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(c.logFormat) {
@@ -106,7 +106,7 @@ func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
 	}
-	return nil, fmt.Errorf("invalid --log-format %q (json or text)", c.logFormat)
+	return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
 }
 
 func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
