@@ -185,8 +185,9 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 	if err := db.GetContext(ctx, &n, `SELECT (SELECT count(*) FROM applications WHERE cluster_user_id = $1) + (SELECT count(*) FROM repository_credentials WHERE cluster_user_id = $1)`, bob.ID); err != nil || n != 0 {
 		t.Fatalf("bob's rows: %d %v", n, err)
 	}
+	// Both denials: one row (coalesced within the window) counting 2.
 	evs := lockEvents(t, db, "github.com/acme/web")
-	if len(evs) != 3 || evs[1].Event != "denied" || evs[2].Event != "denied" || evs[1].TenantName.String != "bob" || evs[1].OwnerName.String != "alice" {
+	if len(evs) != 2 || evs[1].Event != "denied" || evs[1].Count != 2 || evs[1].TenantName.String != "bob" || evs[1].OwnerName.String != "alice" {
 		t.Fatalf("events %+v", evs)
 	}
 }
