@@ -14,7 +14,7 @@ import (
 // listLocks → ListLocksPage and ListLocks.)
 var operationMethods = map[string][]string{
 	"getHealthz": {"Healthz"}, "headHealthz": {"Healthz"}, "getReadyz": {"Readyz"}, "headReadyz": {"Readyz"},
-	"getMetrics": {"Metrics"}, "getOpenAPIYAML": {"OpenAPIYAML"}, "getOpenAPIJSON": {"OpenAPIJSON"},
+	"getVersion": {"Version"}, "getMetrics": {"Metrics"}, "getOpenAPIYAML": {"OpenAPIYAML"}, "getOpenAPIJSON": {"OpenAPIJSON"},
 	"getMe": {"Me"}, "normalizeURL": {"Normalize"},
 	"createApplication": {"CreateApplication"}, "listApplications": {"ListApplicationsPage", "ListApplications"},
 	"getApplication": {"GetApplication"}, "updateApplication": {"UpdateApplication"}, "deleteApplication": {"DeleteApplication"},

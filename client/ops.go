@@ -72,6 +72,13 @@ func (c *Client) Readyz(ctx context.Context) error {
 	return c.do(ctx, call{method: http.MethodGet, path: "/readyz"})
 }
 
+// Version returns the server's build information (GET /version).
+func (c *Client) Version(ctx context.Context) (VersionInfo, error) {
+	var v VersionInfo
+	err := c.do(ctx, call{method: http.MethodGet, path: "/version", out: &v})
+	return v, err
+}
+
 // Metrics returns the Prometheus text exposition (GET /metrics).
 func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 	var b []byte

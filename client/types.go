@@ -348,3 +348,12 @@ type ReportRows struct {
 	Columns []string         `json:"columns"`
 	Items   []map[string]any `json:"items"`
 }
+
+// VersionInfo is the server's build information (GET /version).
+type VersionInfo struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision"`
+	Time      string `json:"time"`
+	Modified  bool   `json:"modified"`
+	GoVersion string `json:"go_version"`
+}

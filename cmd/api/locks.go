@@ -23,7 +23,10 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) < 2 || (pos[0] != "owner" && pos[0] != "list") || (pos[0] == "list" && len(pos) != 2) {
+	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" {
+		return errUnknownAction(e, fs, pos[0])
+	}
+	if len(pos) < 2 || (pos[0] == "list" && len(pos) != 2) {
 		fs.Usage()
 		return errUsage
 	}

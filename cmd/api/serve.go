@@ -27,6 +27,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		migrateOnStart  = fs.Bool("migrate-on-start", envBool(e, "MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
 		requestTimeout  = fs.Duration("request-timeout", envDuration(e, "REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
 		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
+		rateLimit       = fs.Float64("rate-limit", envFloat(e, "RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
+		rateBurst       = fs.Int("rate-burst", envInt(e, "RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
 	)
 	common.register(fs, e)
 	var gcLoop gcLoopFlags
@@ -62,7 +64,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	// and POST /v1/admin/gc share it) and the stateful services.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	collector, err := newCollector(db, logger, reg)
+	ret, err := gcLoop.run.retention()
+	if err != nil {
+		return err
+	}
+	collector, err := newCollector(db, logger, reg, ret)
 	if err != nil {
 		return err
 	}
@@ -72,6 +78,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		Logger:         logger,
 		AdminToken:     *adminToken,
 		RequestTimeout: *requestTimeout,
+		RateLimit:      rateLimitConfig(*rateLimit),
+		RateBurst:      *rateBurst,
 		Registry:       reg,
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:           sync,
@@ -101,6 +109,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// rateLimitConfig maps --rate-limit (0 = off) onto httpapi.Config.RateLimit
+// (negative = off).
+func rateLimitConfig(perSecond float64) float64 {
+	if perSecond <= 0 {
+		return -1
+	}
+	return perSecond
 }
 
 func randomToken() string {

@@ -52,6 +52,9 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxKeyTenant, u)
+		if err := s.limitTenant(c, u.ID); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }
@@ -89,6 +92,9 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxKeyTenant, u)
+		if err := s.limitTenant(c, u.ID); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }

@@ -51,17 +51,24 @@ var codeByStatus = map[int]repolock.Code{
 func (s *Server) allowedMethods(c echo.Context) []string {
 	var allowed []string
 	path := c.Request().URL.Path
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == c.Request().Method {
 			continue
 		}
 		probe := s.Echo.NewContext(c.Request(), nil)
 		s.Echo.Router().Find(m, path, probe)
-		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") {
+		// The router marks a path that matched without this method with
+		// the Allow key (and answers 405); only a real match counts.
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil {
 			allowed = append(allowed, m)
 		}
 	}
 	return allowed
+}
+
+// methodNotAllowedMessage is the one message of every 405.
+func methodNotAllowedMessage(method string, allowed []string) string {
+	return "method " + methodLabel(method) + " is not allowed here; allowed: " + strings.Join(allowed, ", ")
 }
 
 // StatusFor returns the HTTP status of a domain error code.
@@ -105,11 +112,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		if status == http.StatusNotFound && he == echo.ErrNotFound {
 			message = "no such route"
-			// Echo answers 404 for a wrong method on a route that exists
-			// (group middleware registers catch-all routes); say 405.
+		}
+		// Echo answers 404 for a wrong method on a route that exists
+		// (group middleware registers catch-all routes) and 405 with its
+		// own text otherwise: both leave as one 405 shape.
+		if (status == http.StatusNotFound && he == echo.ErrNotFound) || status == http.StatusMethodNotAllowed {
 			if allowed := s.allowedMethods(c); len(allowed) > 0 {
 				status, code = http.StatusMethodNotAllowed, repolock.EMethodNotAllowed
-				message = "method " + c.Request().Method + " is not allowed here; allowed: " + strings.Join(allowed, ", ")
+				message = methodNotAllowedMessage(c.Request().Method, allowed)
 				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allowed, ", "))
 			}
 		}

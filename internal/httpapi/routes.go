@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -18,7 +19,10 @@ func (s *Server) routes() {
 	e.Use(s.middlewares()...)
 
 	e.GET("/healthz", s.healthz)
+	e.HEAD("/healthz", bodyless(s.healthz))
 	e.GET("/readyz", s.readyz)
+	e.HEAD("/readyz", bodyless(s.readyz))
+	e.GET("/version", s.version)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})))
 
 	s.V1 = e.Group("/v1")
@@ -42,6 +46,22 @@ func (s *Server) routes() {
 
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// bodyless answers HEAD with h's status and headers and no body.
+func bodyless(h echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Writer = discardBody{c.Response().Writer}
+		return h(c)
+	}
+}
+
+type discardBody struct{ http.ResponseWriter }
+
+func (discardBody) Write(p []byte) (int, error) { return len(p), nil }
+
+func (s *Server) version(c echo.Context) error {
+	return c.JSON(http.StatusOK, Version())
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -79,11 +99,23 @@ func (s *Server) createTenant(c echo.Context) error {
 }
 
 func (s *Server) listTenants(c echo.Context) error {
-	us, err := tenants.List(c.Request().Context(), s.DB)
+	after, size, err := listParams(c, pagetoken.KindTenants, "")
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ListResponse[tenants.Tenant]{Items: us})
+	us, err := tenants.ListAfter(c.Request().Context(), s.DB, after, size+1)
+	if err != nil {
+		return err
+	}
+	more := len(us) > size
+	if more {
+		us = us[:size]
+	}
+	next := ""
+	if more {
+		next = nameToken(pagetoken.KindTenants, "", us[len(us)-1].Name, true)
+	}
+	return c.JSON(http.StatusOK, ListResponse[tenants.Tenant]{Items: us, NextPageToken: next})
 }
 
 func (s *Server) revokeTokens(c echo.Context) error {

@@ -36,6 +36,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// BodyLimit caps request bodies in bytes (default 1 MiB).
 	BodyLimit int64
+	// RateLimit is each tenant's sustained request rate per second (token
+	// bucket; 0 = DefaultRateLimit, negative = unlimited) and RateBurst the
+	// bucket size (0 = DefaultRateBurst). The admin token is not limited.
+	RateLimit float64
+	RateBurst int
 	// Registry is the process's metrics registry, owned by the caller: the
 	// server registers its HTTP and database pool metrics on it (once; a
 	// second server on the same registry is an error) and serves it on
@@ -63,6 +68,7 @@ type Server struct {
 
 	cfg     Config
 	metrics *httpMetrics
+	limiter *tenantLimiter
 }
 
 // New builds a Server with every route registered.
@@ -104,6 +110,7 @@ func New(cfg Config) (*Server, error) {
 		Registry: cfg.Registry,
 		cfg:      cfg,
 		metrics:  metrics,
+		limiter:  newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
 	}
 	e.HTTPErrorHandler = s.handleError
 	s.routes()

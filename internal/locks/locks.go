@@ -131,17 +131,29 @@ SELECT id FROM RepositoryLockOwner
 WHERE git_repository_url = $1 AND cluster_user_id = $2
 FOR KEY SHARE`
 
+// DenialWindow is the window repeated denials coalesce in: the denials of
+// one tenant for one URL within one window (aligned to the Unix epoch) are
+// one "denied" row whose count grows, so a tenant retrying in a loop writes
+// one row per window, not one per request.
+const DenialWindow = time.Hour
+
 // deniedSQL finds another tenant's lock on a URL and records the denial, in
-// one round trip.
+// one round trip: the first denial of the window inserts the row, the next
+// ones count on it (INSERT ... ON CONFLICT on the unique index of
+// (tenant, URL, window), so concurrent denials cannot insert twice).
 const deniedSQL = `
 WITH owner AS (
 	SELECT o.id, o.cluster_user_id, u.name
 	FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 	WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2
 ), event AS (
-	INSERT INTO ` + eventColumns + `
-	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
+	INSERT INTO repository_lock_events AS e
+		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, denial_window)
+	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name,
+		date_bin(make_interval(secs => $3), now(), timestamptz '1970-01-01 00:00:00+00')
 	FROM owner
+	ON CONFLICT (cluster_user_id, git_repository_url, denial_window) WHERE event = '` + EventDenied + `' AND denial_window IS NOT NULL
+	DO UPDATE SET count = e.count + 1, last_at = now()
 )
 SELECT name FROM owner`
 
@@ -199,7 +211,7 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)
 		}
-		err = get(ctx, q, &owner, deniedSQL, key, tenantID)
+		err = get(ctx, q, &owner, deniedSQL, key, tenantID, DenialWindow.Seconds())
 		if err == nil {
 			return Acquisition{Owner: owner}, nil
 		}
