@@ -61,6 +61,7 @@ func (s *Server) middlewares() []echo.MiddlewareFunc {
 		s.recoverPanic,
 		s.limitBody,
 		s.timeout,
+		s.withNormalizer,
 	}
 }
 

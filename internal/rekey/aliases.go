@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
@@ -173,4 +175,25 @@ func (s *Source) Run(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// RemoveAliasByID deletes the alias id (not found when there is none).
+func RemoveAliasByID(ctx context.Context, db *database.DB, id string) (err error) {
+	defer repolock.WrapOp(&err, "rekey.RemoveAliasByID")
+	if _, perr := uuid.Parse(id); perr != nil {
+		return repolock.Errorf(repolock.ENotFound, "alias %s not found", id)
+	}
+	return db.WithTx(ctx, func(tx database.Tx) error {
+		if _, err := tx.ExecContext(ctx, lockAliasesSQL); err != nil {
+			return database.MapError(err)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM normalizer_aliases WHERE id = $1`, id)
+		if err != nil {
+			return database.MapError(err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return repolock.Errorf(repolock.ENotFound, "alias %s not found", id)
+		}
+		return nil
+	})
 }

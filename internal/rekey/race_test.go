@@ -248,5 +248,3 @@ func splitFields(s string) []string {
 	}
 	return out
 }
-
-
