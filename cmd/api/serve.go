@@ -13,6 +13,7 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 )
@@ -26,6 +27,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		migrateOnStart  = fs.Bool("migrate-on-start", envBool(e, "MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
 		requestTimeout  = fs.Duration("request-timeout", envDuration(e, "REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
 		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
+		aliasRefresh    = fs.Duration("alias-refresh", envDuration(e, "ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
 	)
 	common.register(fs, e)
 	var gcLoop gcLoopFlags
@@ -65,7 +67,18 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *aliasRefresh <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
+	}
+	aliases, err := rekey.NewSource(ctx, db, logger)
+	if err != nil {
+		return err
+	}
+	aliasCtx, stopAliases := context.WithCancel(ctx)
+	defer stopAliases()
+	go aliases.Run(aliasCtx, *aliasRefresh)
 	srv, err := httpapi.New(httpapi.Config{
+		Normalizers:    aliases,
 		DB:             db,
 		Logger:         logger,
 		AdminToken:     *adminToken,
