@@ -32,7 +32,7 @@ func TestReportsAPI(t *testing.T) {
 	for _, it := range list["items"].([]any) {
 		names = append(names, it.(map[string]any)["name"])
 	}
-	valid := []any{"ownership", "locks", "orphan_locks", "denials", "gc_runs"}
+	valid := []any{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts"}
 	if status != http.StatusOK || !reflect.DeepEqual(names, valid) {
 		t.Fatalf("reports: %d %v", status, list)
 	}
