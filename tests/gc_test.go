@@ -207,7 +207,7 @@ func TestGCAndReportsEndToEnd(t *testing.T) {
 	}
 	status, resp = s.do(t, http.MethodGet, "/v1/admin/reports/nope", s.AdminToken, nil)
 	if status != http.StatusNotFound || errorCode(resp) != "not_found" ||
-		errorMessage(resp) != `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs` {
+		errorMessage(resp) != `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts` {
 		t.Fatalf("unknown report: %d %v", status, resp)
 	}
 
