@@ -40,7 +40,8 @@ ALTER TABLE repository_lock_events ADD COLUMN rekeyed_from text;
 --             too; neither lock moves until an operator resolves it.
 --   rejected: a reference's stored repo_url is rejected by the current rules
 --             (reason), so the lock cannot be re-keyed.
--- A row stays open (resolved_at NULL) while runs keep finding it; the first
+-- A row stays open (resolved_at NULL) while runs keep finding it (they do
+-- not write it again); the first
 -- run that no longer finds it (the lock was re-keyed, or is gone) sets
 -- resolved_at. No foreign keys: the record outlives the locks it names.
 CREATE TABLE rekey_conflicts (
@@ -63,7 +64,6 @@ CREATE TABLE rekey_conflicts (
     other_user_name   text,
     other_repo_url    text,
     detected_at       timestamptz NOT NULL DEFAULT now(),
-    last_seen_at      timestamptz NOT NULL DEFAULT now(),
     resolved_at       timestamptz,
     created_at        timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT rekey_conflicts_kind_check CHECK (kind IN ('conflict', 'rejected')),
@@ -104,8 +104,7 @@ SELECT
     c.other_lock_id,
     c.ref_kind,
     c.ref_id,
-    c.detected_at,
-    c.last_seen_at
+    c.detected_at
 FROM rekey_conflicts c
 WHERE c.resolved_at IS NULL;
 

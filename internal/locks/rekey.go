@@ -81,22 +81,17 @@ type Target struct {
 	OwnerLockID, OwnerID, OwnerName string
 }
 
-const insertRekeyLockSQL = `
-INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id)
-VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3)
-ON CONFLICT (git_repository_url) DO NOTHING
-RETURNING id`
-
 const otherOwnerSQL = `
 SELECT o.id, o.cluster_user_id, u.name
 FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2`
 
 // AcquireForRekey is AcquireRepositoryCredentialURL for re-keying, under
-// n's rules: it creates the tenant's lock on key (no "acquired" event: the
-// move is recorded by RecordRekeyed) or takes FOR KEY SHARE on the tenant's
-// existing one, or, when another tenant holds key, returns that lock and
-// owner without recording a denial.
+// n's rules: it creates the tenant's lock on key (with its "acquired"
+// event, so that acquired and released events of a key still alternate; the
+// move itself is recorded by RecordRekeyed) or takes FOR KEY SHARE on the
+// tenant's existing one, or, when another tenant holds key, returns that
+// lock and owner without recording a denial (the tenant asked for nothing).
 func AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Normalizer, tenantID, key string) (_ Target, err error) {
 	defer repolock.WrapOp(&err, "locks.AcquireForRekey")
 	if err := ValidateKeyWith(n, key); err != nil {
@@ -104,7 +99,7 @@ func AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Norma
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
 		var id string
-		err := q.GetContext(ctx, &id, insertRekeyLockSQL, key, RuleSet(n), tenantID)
+		err := q.GetContext(ctx, &id, insertLockSQL, key, RuleSet(n), tenantID)
 		if err == nil {
 			return Target{LockID: id, Created: true}, nil
 		}

@@ -188,6 +188,10 @@ func TestRekeyVersion1Database(t *testing.T) {
 		"cred e2 s.example/2222/o/r -> s.example/2222/o/r",
 	})
 	diff(t, "events", after.Events, []string{
+		"acquired github.com/1234/repo bob",
+		"acquired p.example+8443/o/r alice",
+		"acquired s.example+2222/o/r erin",
+		"acquired s.example/2222/o/r erin",
 		"rekeyed f.example+8443/o/r from f.example:8443/o/r frank",
 		"rekeyed github.com/1234/repo from github.com:1234/repo bob",
 		"rekeyed p.example+8443/o/r from p.example:8443/o/r alice",
@@ -205,6 +209,13 @@ func TestRekeyVersion1Database(t *testing.T) {
 		"rejected alice https://github.com/o/r//.. github.com/o ->  invalid repository URL: path contains a '..' segment (git resolves it differently per transport)",
 	}
 	diff(t, "open conflicts", after.Conflicts, wantConflicts)
+
+	var versions []string
+	if err := db.SelectContext(ctx, &versions, `SELECT normalizer_version || '/' || normalizer_rules || ' ' || locks
+		FROM report_normalizer_versions ORDER BY 1`); err != nil {
+		t.Fatal(err)
+	}
+	diff(t, "report_normalizer_versions", versions, []string{"1/ 5", "2/ 7"})
 
 	// A second run moves nothing and writes nothing; the conflicts stay
 	// reported.
