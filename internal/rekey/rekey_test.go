@@ -261,15 +261,29 @@ func TestRekeyConfiguredAliases(t *testing.T) {
 	if rep, err := rekey.Run(ctx, db, n0, rekey.Options{}); err != nil || rep.StaleLocks != 0 {
 		t.Fatalf("without aliases: %+v, %v", rep, err)
 	}
+	src, err := rekey.NewSource(ctx, db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := rekey.AddAlias(ctx, db, "GitLab.example.com+2222", "gitlab.example.com"); err != nil {
 		t.Fatal(err)
+	}
+	// A running service keys with the set it loaded until it refreshes.
+	if f := src.Current().Fingerprint(); f != "" {
+		t.Fatalf("source changed before a refresh: %q", f)
+	}
+	if err := src.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := src.Current().RepoURL("ssh://git@gitlab.example.com:2222/g/r"); err != nil || k != "gitlab.example.com/g/r" {
+		t.Fatalf("after a refresh: %q, %v", k, err)
 	}
 	n, err := rekey.Load(ctx, db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Fingerprint() == "" {
-		t.Fatal("no fingerprint with an alias")
+	if n.Fingerprint() == "" || n.Fingerprint() != src.Current().Fingerprint() {
+		t.Fatalf("fingerprints %q, %q", n.Fingerprint(), src.Current().Fingerprint())
 	}
 	rep, err := rekey.Run(ctx, db, n, rekey.Options{})
 	if err != nil {
