@@ -14,6 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 )
@@ -29,6 +30,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
 		rateLimit       = fs.Float64("rate-limit", envFloat(e, "RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
 		rateBurst       = fs.Int("rate-burst", envInt(e, "RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
+		aliasRefresh    = fs.Duration("alias-refresh", envDuration(e, "ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
 	)
 	common.register(fs, e)
 	var gcLoop gcLoopFlags
@@ -68,12 +70,23 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *aliasRefresh <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
+	}
+	aliases, err := rekey.NewSource(ctx, db, logger)
+	if err != nil {
+		return err
+	}
+	aliasCtx, stopAliases := context.WithCancel(ctx)
+	defer stopAliases()
+	go aliases.Run(aliasCtx, *aliasRefresh)
 	collector, err := newCollector(db, logger, reg, ret)
 	if err != nil {
 		return err
 	}
 	sync := syncstate.New(db, syncstate.Options{Logger: logger})
 	srv, err := httpapi.New(httpapi.Config{
+		Normalizers:    aliases,
 		DB:             db,
 		Logger:         logger,
 		AdminToken:     *adminToken,

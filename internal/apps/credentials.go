@@ -135,8 +135,8 @@ func urlHasPassword(raw string) bool {
 
 // credentialRepoURL is repoURL that also refuses a password in the URL: in a
 // credential it is a raw secret.
-func credentialRepoURL(raw string) (normalize.Key, string, error) {
-	key, stored, err := repoURL(raw)
+func credentialRepoURL(n *normalize.Normalizer, raw string) (normalize.Key, string, error) {
+	key, stored, err := repoURL(n, raw)
 	if err != nil {
 		return "", "", err
 	}

@@ -55,6 +55,7 @@ func (s *Server) middlewares() []echo.MiddlewareFunc {
 		s.limitBody,
 		s.timeout,
 		s.checkParams,
+		s.withNormalizer,
 	}
 }
 

@@ -41,6 +41,7 @@ func (s *Server) routes() {
 	s.registerGCRoutes()
 	s.registerReportRoutes()
 	s.registerSyncRoutes()
+	s.registerRekeyRoutes()
 	s.registerOpenAPIRoutes()
 }
 

@@ -53,6 +53,10 @@ type Config struct {
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
+	// Normalizers gives the normalizer with the deployment's configured
+	// aliases (cmd/api: a *rekey.Source, loaded at start and refreshed).
+	// Nil: the built-in rules only.
+	Normalizers Normalizers
 }
 
 // Server is the HTTP API.

@@ -27,6 +27,7 @@ package locks
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,6 +58,7 @@ const (
 	EventDenied    = "denied"    // a tenant asked for a URL another tenant owns
 	EventReleased  = "released"  // a lock lost its last reference (or its tenant was deleted)
 	EventCollected = "collected" // the global GC deleted an unreferenced lock
+	EventRekeyed   = "rekeyed"   // re-keying moved references of an older lock (rekeyed_from) to this one
 )
 
 // eventColumns are the columns every event insert fills.
@@ -79,9 +81,14 @@ func ClaimedError(owner string) error {
 	}
 }
 
-// ValidateKey checks that key is canonical: normalize.RepoURL(key) == key.
-func ValidateKey(key string) error {
-	k, err := normalize.RepoURL(key)
+// ValidateKey checks that key is canonical under the built-in rules:
+// normalize.RepoURL(key) == key.
+func ValidateKey(key string) error { return ValidateKeyWith(normalize.Default(), key) }
+
+// ValidateKeyWith checks that key is canonical under n's rules (with its
+// configured aliases): n.RepoURL(key) == key.
+func ValidateKeyWith(n *normalize.Normalizer, key string) error {
+	k, err := n.RepoURL(key)
 	if err != nil {
 		return err
 	}
@@ -106,11 +113,12 @@ func validateTenantID(id string) error {
 // lock and lock_event. Statements that create a lock together with the rows
 // that reference it (internal/apps) start with "WITH " + NewLockCTE and
 // select from lock, which is empty when the URL is already taken.
-// Parameters: $1 the normalized key, $2 normalize.Version, $3 the acquiring
-// user's id.
+// Parameters: $1 the normalized key, $2 the rule set (RuleSet: the
+// normalizer version, or "version:fingerprint" under configured aliases; a
+// bare normalize.Version works too), $3 the acquiring user's id.
 const NewLockCTE = `lock AS (
-	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
-	VALUES ($1, $2, $3)
+	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id)
+	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3)
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
 ), lock_event AS (
@@ -167,8 +175,20 @@ type Acquisition struct {
 	Owner string
 }
 
+// RuleSet is the rule set n keys under, as NewLockCTE's $2 takes it and a
+// lock stores it: normalize.Version, plus ":" and n.Fingerprint() when n has
+// configured aliases ("2", "2:0123456789abcdef").
+func RuleSet(n *normalize.Normalizer) string {
+	if f := n.Fingerprint(); f != "" {
+		return strconv.Itoa(normalize.Version) + ":" + f
+	}
+	return strconv.Itoa(normalize.Version)
+}
+
 // AcquireRepositoryCredentialURL acquires the lock on the normalized
-// repository URL key for the tenant whose id is tenantID.
+// repository URL key for the tenant whose id is tenantID. The key is checked,
+// and a new lock's rule set recorded, under the normalizer of ctx
+// (normalize.FromContext).
 //
 //   - The URL is free: a lock is created (and an "acquired" event recorded);
 //     it returns {LockID: id, Acquired: true}. This is one statement.
@@ -190,12 +210,13 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 	if err := validateTenantID(tenantID); err != nil {
 		return Acquisition{}, err
 	}
-	if err := ValidateKey(key); err != nil {
+	n := normalize.FromContext(ctx)
+	if err := ValidateKeyWith(n, key); err != nil {
 		return Acquisition{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
 		var lockID, owner string
-		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, tenantID)
+		err := get(ctx, q, &lockID, insertLockSQL, key, RuleSet(n), tenantID)
 		if err == nil {
 			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
@@ -359,7 +380,7 @@ type Owner struct {
 // whoever asks.
 func OwnerOf(ctx context.Context, q database.Querier, key string) (_ Owner, err error) {
 	defer repolock.WrapOp(&err, "locks.OwnerOf")
-	if err := ValidateKey(key); err != nil {
+	if err := ValidateKeyWith(normalize.FromContext(ctx), key); err != nil {
 		return Owner{}, err
 	}
 	var o Owner

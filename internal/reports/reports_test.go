@@ -382,12 +382,12 @@ func TestUnknownReport(t *testing.T) {
 	if repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("err = %v, want not_found", err)
 	}
-	want := `no report named "users; DROP TABLE x"; valid names: ownership, locks, orphan_locks, denials, gc_runs`
+	want := `no report named "users; DROP TABLE x"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts`
 	if msg := repolock.ErrorMessage(err); msg != want {
 		t.Fatalf("message = %q, want %q", msg, want)
 	}
 	names := repolock.ErrorDetails(err)["valid_names"]
-	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs"}) {
+	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts"}) {
 		t.Fatalf("valid_names = %v", names)
 	}
 	if _, err := reports.Open(context.Background(), db, "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
@@ -423,8 +423,23 @@ func TestReportingRole(t *testing.T) {
 			t.Fatalf("%s as repolock_reporting: %d rows, err %v; owner sees %d", v, asRole, err, asOwner)
 		}
 	}
+	// The re-keying views (migration 000006) are readable too.
+	for _, v := range []string{"report_normalizer_versions", "report_rekey_conflicts"} {
+		err := db.WithTx(ctx, func(tx database.Tx) error {
+			if _, err := tx.ExecContext(ctx, `SET LOCAL ROLE repolock_reporting`); err != nil {
+				return err
+			}
+			var n int
+			return tx.GetContext(ctx, &n, `SELECT count(*) FROM `+v)
+		})
+		if err != nil {
+			t.Fatalf("%s as repolock_reporting: %v", v, err)
+		}
+	}
 	// Tables are off limits, and the views are read-only for it.
 	for _, q := range []string{
+		`SELECT count(*) FROM rekey_conflicts`,
+		`SELECT count(*) FROM normalizer_aliases`,
 		`SELECT count(*) FROM applications`,
 		`SELECT count(*) FROM RepositoryLockOwner`,
 		`SELECT count(*) FROM api_tokens`,
@@ -450,7 +465,8 @@ func TestReportingRole(t *testing.T) {
 		ORDER BY table_name, privilege_type`); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"report_denials:SELECT", "report_gc_runs:SELECT", "report_locks:SELECT", "report_orphan_locks:SELECT", "report_ownership:SELECT"}
+	want := []string{"report_denials:SELECT", "report_gc_runs:SELECT", "report_locks:SELECT", "report_normalizer_versions:SELECT",
+		"report_orphan_locks:SELECT", "report_ownership:SELECT", "report_rekey_conflicts:SELECT"}
 	if !slices.Equal(grants, want) {
 		t.Fatalf("grants = %v, want %v", grants, want)
 	}
