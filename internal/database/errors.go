@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/lib/pq"
 
@@ -26,8 +29,46 @@ const (
 	CodeQueryCanceled        = "57014"
 	CodeTooManyConnections   = "53300"
 	CodeAdminShutdown        = "57P01"
+	CodeCrashShutdown        = "57P02"
 	CodeCannotConnectNow     = "57P03"
 )
+
+// ErrCommitOutcomeUnknown marks a transaction whose connection was lost
+// while its COMMIT was in flight: it may or may not have been applied.
+var ErrCommitOutcomeUnknown = errors.New("the connection was lost during commit")
+
+// IsConnectionError reports whether err means the database could not be
+// reached or the connection to it was lost: dial errors and other network
+// errors, resets, EOF from the driver, driver.ErrBadConn, SQLSTATE classes
+// 08 (connection exception) and 57P01..57P03 (shutdown, cannot connect
+// now), and 53300 (too many connections). Call it only on errors that come
+// out of database calls (an io.EOF from a request body is not an outage).
+func IsConnectionError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, net.ErrClosed) || errors.Is(err, ErrCommitOutcomeUnknown) {
+		return true
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	switch c := PQCode(err); {
+	case c == CodeTooManyConnections, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
+		return true
+	case len(c) == 5 && c[:2] == "08":
+		return true
+	}
+	return false
+}
 
 // PQCode returns the SQLSTATE of the first *pq.Error in err's chain, or "".
 func PQCode(err error) string {
@@ -78,6 +119,13 @@ func MapError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return repolock.Wrap(repolock.ETimeout, err, "the operation timed out")
 	}
+	if errors.Is(err, ErrCommitOutcomeUnknown) {
+		return repolock.Wrap(repolock.EUnavailable, err,
+			"the database connection was lost while committing: the outcome is unknown; re-read before retrying")
+	}
+	if IsConnectionError(err) {
+		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
+	}
 	switch PQCode(err) {
 	case CodeUniqueViolation, CodeExclusionViolation:
 		return repolock.Wrap(repolock.EAlreadyExists, err, "already exists")
@@ -91,15 +139,6 @@ func MapError(err error) error {
 		return repolock.Wrap(repolock.EConflict, err, "the change conflicted with a concurrent change; try again")
 	case CodeQueryCanceled:
 		return repolock.Wrap(repolock.ETimeout, err, "the operation timed out")
-	case CodeTooManyConnections, CodeAdminShutdown, CodeCannotConnectNow:
-		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
-	}
-	// Class 08: connection exceptions.
-	if c := PQCode(err); len(c) == 5 && c[:2] == "08" {
-		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
-	}
-	if errors.Is(err, driver.ErrBadConn) {
-		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
 	}
 	return err
 }
