@@ -120,8 +120,10 @@ func MapError(err error) error {
 		return repolock.Wrap(repolock.ETimeout, err, "the operation timed out")
 	}
 	if errors.Is(err, ErrCommitOutcomeUnknown) {
-		return repolock.Wrap(repolock.EUnavailable, err,
+		e := repolock.Wrap(repolock.EUnavailable, err,
 			"the database connection was lost while committing: the outcome is unknown; re-read before retrying")
+		e.Details = map[string]any{"outcome": "unknown"}
+		return e
 	}
 	if IsConnectionError(err) {
 		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")

@@ -183,6 +183,9 @@ func TestTransactAfterConnectionsReset(t *testing.T) {
 	if !repolock.IsCode(err, repolock.EUnavailable) || !strings.Contains(repolock.ErrorMessage(err), "the outcome is unknown; re-read before retrying") {
 		t.Fatalf("commit cut: %v (%q), want unavailable, outcome unknown", err, repolock.ErrorMessage(err))
 	}
+	if d := repolock.ErrorDetails(err); d["outcome"] != "unknown" {
+		t.Fatalf("commit cut: details %v, want outcome unknown", d)
+	}
 	var n int
 	if err := db.GetContext(ctx, &n, `SELECT count(*) FROM t WHERE id = 100`); err != nil || n != 1 {
 		t.Fatalf("the cut commit was applied: count %d, %v (want 1: the server answered before the cut)", n, err)

@@ -187,8 +187,11 @@ func (c *Cache) Close() {
 	c.wg.Wait()
 }
 
-// Flush drops every entry.
+// Flush drops every entry. A nil Cache has none.
 func (c *Cache) Flush() {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
