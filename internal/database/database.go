@@ -110,7 +110,7 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*DB, error) {
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, MapError(fmt.Errorf("database: ping: %w", err))
+		return nil, fmt.Errorf("database: ping: %w", err)
 	}
 	return db, nil
 }

@@ -74,13 +74,13 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 }
 
 // TestOpenRefusedIsUnavailable: a database that refuses connections is an
-// unavailable error from Open, and New does not connect at all.
+// connection error (unavailable once mapped) from Open, and New does not connect at all.
 func TestOpenRefusedIsUnavailable(t *testing.T) {
 	t.Parallel()
 	p, url := dbtest.NewProxy(t, dbtest.AdminURL())
 	p.Refuse()
-	if _, err := database.Open(t.Context(), url, database.PoolConfig{}); !repolock.IsCode(err, repolock.EUnavailable) {
-		t.Fatalf("Open through a refusing proxy: %v, want unavailable", err)
+	if _, err := database.Open(t.Context(), url, database.PoolConfig{}); !database.IsConnectionError(err) || !repolock.IsCode(database.MapError(err), repolock.EUnavailable) {
+		t.Fatalf("Open through a refusing proxy: %v, want a connection error", err)
 	}
 	db, err := database.New(url, database.PoolConfig{MaxOpenConns: 3})
 	if err != nil {

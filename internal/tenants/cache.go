@@ -173,8 +173,11 @@ func (c *Cache) run() {
 // wait on).
 func (c *Cache) Connected() <-chan struct{} { return c.connected }
 
-// Close stops the listener.
+// Close stops the listener. A nil Cache has none.
 func (c *Cache) Close() {
+	if c == nil {
+		return
+	}
 	select {
 	case <-c.done:
 		return
