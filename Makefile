@@ -50,10 +50,23 @@ test: ## start Postgres (and install git) if needed, go vet, go test -race on ev
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory test-deploy
 
+.PHONY: test-ui
+test-ui: ## browser tests of the console (/ui/): installs Debian's chromium if it can, skips with a message if not
+	@set -e; url=$$($(PG_ENSURE)); chromium=$$(scripts/ensure-chromium.sh); \
+	if [ -z "$$chromium" ]; then echo "test-ui: SKIPPED: no Chromium available (see the message above)"; exit 0; fi; \
+	mkdir -p $${ARTIFACTS:-.artifacts}/ui; \
+	CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
+		$(GO) test -race -count=1 -timeout 10m -v -run . ./tests/ui/; \
+	echo "test-ui: screenshots in $${ARTIFACTS:-.artifacts}/ui/"
+
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
 	@set -e; url=$$($(PG_ENSURE)); \
 	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
+
+.PHONY: bench-http
+bench-http: build ## the binary at its defaults against its own database: pgbench + wrk, 32 connections, 15 s per phase (BENCH_DURATION=3s, BENCH_BASE_REF=<ref>)
+	@scripts/bench-http.sh
 
 .PHONY: fuzz
 fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
@@ -94,9 +107,9 @@ pg: ## make sure a Postgres is reachable and print its URL
 	@$(PG_ENSURE)
 
 .PHONY: clean-testdb
-clean-testdb: ## drop databases left behind by interrupted test runs
+clean-testdb: ## drop databases left behind by interrupted test and bench-http runs
 	@set -e; url=$$($(PG_ENSURE)); \
-	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%'"); do \
+	for d in $$(psql "$$url" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'repolock\_test\_%' OR datname LIKE 'repolock\_tmpl\_%' OR datname LIKE 'repolock\_bench\_%'"); do \
 		echo "drop $$d"; psql "$$url" -qc "DROP DATABASE \"$$d\" WITH (FORCE)"; \
 	done
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/repostate"
@@ -82,6 +83,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	defer tokens.Close()
 	ready := &readiness{}
 	ready.set(errors.New("the database has not answered yet"))
+	sync := syncstate.New(db, syncstate.Options{Logger: logger})
 	srv, err := httpapi.New(httpapi.Config{
 		DB:             db,
 		Logger:         logger,
@@ -89,7 +91,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		RequestTimeout: *requestTimeout,
 		Registry:       reg,
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
-		Sync:           syncstate.New(db, syncstate.Options{Logger: logger}),
+		Sync:           sync,
 		GC:             collector,
 		Tokens:         tokens,
 		Ready:          ready.get,
@@ -97,6 +99,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The operator console under /ui/ (docs/console.md).
+	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken, Collector: collector, Sync: sync})
+	if err != nil {
+		return err
+	}
+	ui.Mount(srv.Echo)
 	stopGC, err := gcLoop.start(ctx, collector, logger)
 	if err != nil {
 		return err

@@ -100,24 +100,45 @@ func (mg *Migrator) Status() (MigrationStatus, error) {
 	return MigrationStatus{Version: v, Dirty: dirty, Latest: latest}, nil
 }
 
-// LatestVersion returns the highest migration version embedded in the binary.
-func LatestVersion() (uint, error) {
+// To migrates up or down to version (one of Versions); being there already
+// is not an error.
+func (mg *Migrator) To(version uint) error {
+	if err := mg.m.Migrate(version); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate to %d: %w", version, err)
+	}
+	return nil
+}
+
+// Versions returns the migration versions embedded in the binary, in order.
+// Numbers may have gaps (a number reserved by one change and not used).
+func Versions() ([]uint, error) {
 	src, err := iofs.New(migrations.FS, ".")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer src.Close()
 	v, err := src.First()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	vs := []uint{v}
 	for {
 		next, err := src.Next(v)
 		if err != nil {
-			return v, nil
+			return vs, nil
 		}
+		vs = append(vs, next)
 		v = next
 	}
+}
+
+// LatestVersion returns the highest migration version embedded in the binary.
+func LatestVersion() (uint, error) {
+	vs, err := Versions()
+	if err != nil {
+		return 0, err
+	}
+	return vs[len(vs)-1], nil
 }
 
 // MigrateUp opens a migrator, applies all pending migrations and closes it.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -39,8 +40,8 @@ func NewLock(t testing.TB, q database.Querier, tenant, url string, age time.Dura
 	var id string
 	if err := q.GetContext(context.Background(), &id, `
 		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
-		VALUES ($1, 1, $2, now() - make_interval(secs => $3)) RETURNING id`,
-		url, tenant, age.Seconds()); err != nil {
+		VALUES ($1, $4, $2, now() - make_interval(secs => $3)) RETURNING id`,
+		url, tenant, age.Seconds(), normalize.Version); err != nil {
 		t.Fatalf("dbtest: create lock %s: %v", url, err)
 	}
 	return id

@@ -1,0 +1,228 @@
+// Package console is the operator console served by `api serve` under /ui/:
+// server-rendered pages (html/template, embedded with the static assets)
+// that answer who owns a repository, why a tenant was refused, whether the
+// GC ran and which mirrors need a re-index, and let an operator manage
+// tenants and run the GC.
+//
+// Operators sign in with the admin token; a session lives in the
+// console_sessions table (so every replica knows it), its cookie is
+// HttpOnly, SameSite=Strict and Secure over TLS, and every state-changing
+// form carries the session's CSRF token. Pages work without JavaScript; a
+// small external script adds table filtering and live refresh. Every
+// response carries a Content-Security-Policy without inline scripts.
+//
+// All domain calls and reads go through data.go.
+package console
+
+import (
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/syncstate"
+)
+
+// Prefix is where the console is mounted.
+const Prefix = "/ui"
+
+// Sign-in attempts allowed per process: SignInBurst at once, then
+// SignInRate per second.
+const (
+	SignInRate  rate.Limit = 1
+	SignInBurst            = 10
+)
+
+// DefaultSessionTTL is how long a sign-in lasts.
+const DefaultSessionTTL = 12 * time.Hour
+
+// Config configures the console.
+type Config struct {
+	DB     *database.DB
+	Logger *slog.Logger
+	// AdminToken is the token operators sign in with. Required.
+	AdminToken string
+	// Collector runs the GC for "dry run now" and "run now": the process's
+	// one collector (cmd/api wires the same one into the API and the loop,
+	// so console runs show in the GC metrics). Required.
+	Collector *gc.Collector
+	// Sync is the sync-state store the Sync page reads. Required.
+	Sync *syncstate.Store
+	// SessionTTL is the server-side lifetime of a session (default 12 h).
+	SessionTTL time.Duration
+	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (Secure
+	// cookies) for deployments behind a TLS-terminating proxy. Only enable
+	// it when the proxy always sets the header.
+	TrustForwardedProto bool
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+	// PageSize is the default number of rows per list page (default 50).
+	PageSize int
+}
+
+// Console is the console's http.Handler.
+type Console struct {
+	cfg Config
+	// signIns limits sign-in attempts (all of them, per process), so the
+	// admin token cannot be guessed at network speed.
+	signIns *rate.Limiter
+	data    *data
+	mux     *http.ServeMux
+	pages   map[string]*template.Template
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// New builds the console.
+func New(cfg Config) (*Console, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("console: Config.DB is required")
+	}
+	if cfg.AdminToken == "" {
+		return nil, errors.New("console: Config.AdminToken is required")
+	}
+	if cfg.Collector == nil || cfg.Sync == nil {
+		return nil, errors.New("console: Config.Collector and Config.Sync are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 50
+	}
+	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux(),
+		signIns: rate.NewLimiter(SignInRate, SignInBurst)}
+	if err := c.parseTemplates(); err != nil {
+		return nil, err
+	}
+	c.routes()
+	return c, nil
+}
+
+// Mount serves the console on e under /ui and /ui/.
+func (c *Console) Mount(e *echo.Echo) {
+	h := echo.WrapHandler(c)
+	e.Any(Prefix, h)
+	e.Any(Prefix+"/*", h)
+}
+
+func (c *Console) now() time.Time { return c.cfg.Now().UTC() }
+
+func (c *Console) routes() {
+	m := c.mux
+	static, _ := fs.Sub(staticFS, "static")
+	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticHandler(static)))
+	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+	})
+	m.HandleFunc("GET /ui/login", c.loginForm)
+	m.HandleFunc("POST /ui/login", c.login)
+	m.HandleFunc("POST /ui/logout", c.auth(c.logout))
+	m.HandleFunc("GET /ui/{$}", c.auth(c.overview))
+	m.HandleFunc("GET /ui/ownership", c.auth(c.ownership))
+	m.HandleFunc("GET /ui/denials", c.auth(c.denials))
+	m.HandleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))
+	m.HandleFunc("GET /ui/gc", c.auth(c.gcPage))
+	m.HandleFunc("POST /ui/gc/dry-run", c.auth(c.gcDryRun))
+	m.HandleFunc("POST /ui/gc/run", c.auth(c.gcRun))
+	m.HandleFunc("GET /ui/sync", c.auth(c.syncPage))
+	m.HandleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
+	m.HandleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
+	m.HandleFunc("POST /ui/tenants", c.auth(c.createTenant))
+	m.HandleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
+	m.HandleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
+	m.HandleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
+	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		c.errorPage(w, r, nil, http.StatusNotFound, "There is no such page.")
+	})
+}
+
+// contentSecurityPolicy allows only the console's own scripts, styles and
+// forms, no framing and no plugins. Charts are inline SVG elements, not
+// images, and use presentation attributes, not style attributes.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// ServeHTTP sets the security headers on every response and dispatches.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
+	if c.isTLS(r) {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
+	if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
+		h.Set("Cache-Control", "no-store")
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// staticHandler serves the embedded assets; they change only with the
+// binary, so a short cache is safe.
+func staticHandler(fsys fs.FS) http.Handler {
+	fileServer := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// handlerFunc is a page handler of a signed-in operator.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, s *session)
+
+// auth lets signed-in operators through. Others are sent to the sign-in
+// page (GET) or refused (POST: 403, the form cannot be replayed after
+// signing in). POSTs must carry the session's CSRF token.
+func (c *Console) auth(next handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := c.sessionOf(r)
+		if err != nil {
+			c.errorPage(w, r, nil, http.StatusServiceUnavailable, "The database is not reachable.")
+			c.cfg.Logger.ErrorContext(r.Context(), "console: session lookup", "error", err.Error())
+			return
+		}
+		if s == nil {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/ui/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			c.errorPage(w, r, nil, http.StatusForbidden, "Your session has expired. Sign in again.")
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if !checkCSRF(r, s) {
+				c.errorPage(w, r, s, http.StatusForbidden, "The form's CSRF token is missing or wrong. Reload the page and try again.")
+				return
+			}
+		}
+		next(w, r, s)
+	}
+}

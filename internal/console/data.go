@@ -1,0 +1,443 @@
+package console
+
+// data.go is the console's one door to the domain packages and the database:
+// every call into users, apps, locks, gc, syncstate and normalize, and every
+// read the pages need that no package offers (counts, events per hour, a
+// lock's history), as literal read-only SQL. The console never writes locks,
+// lock events or tenants itself: creating, revoking and deleting tenants and
+// running GC go through the same domain functions as the admin HTTP API.
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lib/pq"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
+)
+
+// data adapts the domain packages to what the pages show.
+type data struct {
+	db        *database.DB
+	collector *gc.Collector
+	sync      *syncstate.Store
+}
+
+func newData(cfg Config) *data {
+	return &data{db: cfg.DB, collector: cfg.Collector, sync: cfg.Sync}
+}
+
+// ---- tenants, tokens ----
+
+// tenantToken reports whether token is a valid tenant token (so sign-in can
+// tell "a tenant token" from "no token at all").
+func (d *data) tenantToken(ctx context.Context, token string) bool {
+	_, err := tenants.Authenticate(ctx, d.db, token)
+	return err == nil
+}
+
+// tenantRow is a tenant with what it holds.
+type tenantRow struct {
+	ID           string    `db:"id"`
+	Name         string    `db:"name"`
+	DisplayName  string    `db:"display_name"`
+	CreatedAt    time.Time `db:"created_at"`
+	Locks        int64     `db:"locks"`
+	Applications int64     `db:"applications"`
+	Credentials  int64     `db:"credentials"`
+	ActiveTokens int64     `db:"active_tokens"`
+}
+
+const tenantRowSelect = `
+	SELECT u.id, u.name, u.display_name, u.created_at,
+		(SELECT count(*) FROM RepositoryLockOwner o WHERE o.cluster_user_id = u.id) AS locks,
+		(SELECT count(*) FROM applications a WHERE a.cluster_user_id = u.id) AS applications,
+		(SELECT count(*) FROM repository_credentials c WHERE c.cluster_user_id = u.id) AS credentials,
+		(SELECT count(*) FROM api_tokens t WHERE t.cluster_user_id = u.id AND t.revoked_at IS NULL) AS active_tokens
+	FROM cluster_users u`
+
+// listTenants returns a page of tenants by name after the name after
+// (cluster_users_name_key), and whether more follow.
+func (d *data) listTenants(ctx context.Context, after string, size int) ([]tenantRow, bool, error) {
+	var rows []tenantRow
+	err := d.db.SelectContext(ctx, &rows, tenantRowSelect+` WHERE u.name > $1 ORDER BY u.name LIMIT $2`, after, size+1)
+	if err != nil {
+		return nil, false, database.MapError(err)
+	}
+	more := len(rows) > size
+	if more {
+		rows = rows[:size]
+	}
+	return rows, more, nil
+}
+
+func (d *data) tenant(ctx context.Context, name string) (tenantRow, error) {
+	var t tenantRow
+	err := d.db.GetContext(ctx, &t, tenantRowSelect+` WHERE u.name = $1`, name)
+	if database.IsNoRows(err) {
+		return tenantRow{}, repolock.Errorf(repolock.ENotFound, "tenant %q not found", name)
+	}
+	return t, database.MapError(err)
+}
+
+func (d *data) createTenant(ctx context.Context, name, displayName string) (tenants.Tenant, string, error) {
+	return tenants.Create(ctx, d.db, name, displayName)
+}
+
+func (d *data) revokeTokens(ctx context.Context, name string) (int64, error) {
+	return tenants.RevokeTokens(ctx, d.db, name)
+}
+
+func (d *data) deleteTenant(ctx context.Context, name string) (apps.TenantDeletion, error) {
+	return apps.DeleteTenant(ctx, d.db, name)
+}
+
+// ---- overview ----
+
+type counts struct {
+	Tenants      int64 `db:"tenants"`
+	Locks        int64 `db:"locks"`
+	Applications int64 `db:"applications"`
+	Credentials  int64 `db:"credentials"`
+	Repositories int64 `db:"repositories"`
+	SyncHosts    int64 `db:"sync_hosts"`
+}
+
+func (d *data) counts(ctx context.Context) (counts, error) {
+	var c counts
+	err := d.db.GetContext(ctx, &c, `SELECT
+		(SELECT count(*) FROM cluster_users) AS tenants,
+		(SELECT count(*) FROM RepositoryLockOwner) AS locks,
+		(SELECT count(*) FROM applications) AS applications,
+		(SELECT count(*) FROM repository_credentials) AS credentials,
+		(SELECT count(*) FROM sync_repositories) AS repositories,
+		(SELECT count(*) FROM sync_hosts) AS sync_hosts`)
+	return c, database.MapError(err)
+}
+
+// hourCount is the number of events of one kind in one hour (hour is the
+// Unix time of the hour's start divided by 3600).
+type hourCount struct {
+	Hour  int64  `db:"hour"`
+	Event string `db:"event"`
+	N     int64  `db:"n"`
+}
+
+// eventsPerHour counts lock events of the given kinds per hour from since
+// (repository_lock_events_event_created_at_idx).
+func (d *data) eventsPerHour(ctx context.Context, events []string, since time.Time) ([]hourCount, error) {
+	var rows []hourCount
+	err := d.db.SelectContext(ctx, &rows, `
+		SELECT floor(extract(epoch FROM created_at) / 3600)::bigint AS hour, event, count(*) AS n
+		FROM repository_lock_events
+		WHERE event = ANY($1) AND created_at >= $2
+		GROUP BY 1, 2 ORDER BY 1, 2`, pq.Array(events), since)
+	return rows, database.MapError(err)
+}
+
+// lastRun is the newest recorded GC run, or nil.
+func (d *data) lastRun(ctx context.Context) (*gc.Run, error) {
+	runs, _, err := gc.ListRuns(ctx, d.db, 1, "")
+	if err != nil || len(runs) == 0 {
+		return nil, err
+	}
+	return &runs[0], nil
+}
+
+// ---- ownership ----
+
+// normalizeURL is the API's normalization: the lock key of any spelling.
+func normalizeURL(raw string) (string, error) {
+	k, err := normalize.RepoURL(raw)
+	if err != nil {
+		return "", err
+	}
+	return k.String(), nil
+}
+
+// owner returns the lock on key, or nil when the URL is free.
+func (d *data) owner(ctx context.Context, key string) (*locks.Owner, error) {
+	o, err := locks.OwnerOf(ctx, d.db, key)
+	if repolock.IsCode(err, repolock.ENotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// holder is an Application or a Repository Credential holding a lock.
+type holder struct {
+	Kind      string    `db:"kind"`
+	ID        string    `db:"id"`
+	Tenant    string    `db:"tenant"`
+	Name      string    `db:"name"`
+	RepoURL   string    `db:"repo_url"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+// holderCursor is a keyset position in a lock's holders, ordered by
+// (kind, created_at, id): applications first, then credentials.
+type holderCursor struct {
+	Kind      string
+	CreatedAt time.Time
+	ID        string
+}
+
+var holderStart = holderCursor{Kind: "", CreatedAt: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), ID: "00000000-0000-0000-0000-000000000000"}
+
+func (h holderCursor) encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(h.Kind + "|" + h.CreatedAt.UTC().Format(time.RFC3339Nano) + "|" + h.ID))
+}
+
+func decodeHolderCursor(s string) (holderCursor, error) {
+	if s == "" {
+		return holderStart, nil
+	}
+	bad := repolock.Errorf(repolock.EInvalid, "holders_after is not valid")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) > 200 {
+		return holderCursor{}, bad
+	}
+	parts := strings.Split(string(b), "|")
+	if len(parts) != 3 || (parts[0] != "application" && parts[0] != "credential") {
+		return holderCursor{}, bad
+	}
+	t, err := time.Parse(time.RFC3339Nano, parts[1])
+	if err != nil || t.Year() < 1 || t.Year() > 9999 {
+		return holderCursor{}, bad
+	}
+	if _, err := uuid.Parse(parts[2]); err != nil {
+		return holderCursor{}, bad
+	}
+	return holderCursor{Kind: parts[0], CreatedAt: t.UTC(), ID: parts[2]}, nil
+}
+
+// holders returns a page of what holds lockID (the reference tables'
+// lock_id indexes, then the rows by primary key) and the cursor of the next
+// page ("" after the last).
+func (d *data) holders(ctx context.Context, lockID, after string, size int) ([]holder, string, error) {
+	cur, err := decodeHolderCursor(after)
+	if err != nil {
+		return nil, "", err
+	}
+	var rows []holder
+	err = d.db.SelectContext(ctx, &rows, `
+		SELECT * FROM (
+			(SELECT 'application' AS kind, a.id, u.name AS tenant, a.name, a.repo_url, a.created_at
+			   FROM RepositoryLockApplication r
+			   JOIN applications a ON a.id = r.application_id
+			   JOIN cluster_users u ON u.id = a.cluster_user_id
+			  WHERE r.lock_id = $1 AND ('application', a.created_at, a.id) > ($2::text, $3::timestamptz, $4::uuid)
+			  ORDER BY a.created_at, a.id LIMIT $5)
+			UNION ALL
+			(SELECT 'credential' AS kind, c.id, u.name AS tenant, c.name, c.repo_url, c.created_at
+			   FROM RepositoryLockRepositoryCredential r
+			   JOIN repository_credentials c ON c.id = r.repository_credential_id
+			   JOIN cluster_users u ON u.id = c.cluster_user_id
+			  WHERE r.lock_id = $1 AND ('credential', c.created_at, c.id) > ($2::text, $3::timestamptz, $4::uuid)
+			  ORDER BY c.created_at, c.id LIMIT $5)
+		) h
+		ORDER BY kind, created_at, id LIMIT $5`, lockID, cur.Kind, cur.CreatedAt, cur.ID, size+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	next := ""
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[size-1]
+		next = holderCursor{Kind: last.Kind, CreatedAt: last.CreatedAt, ID: last.ID}.encode()
+	}
+	return rows, next, nil
+}
+
+// lockEvent is a row of repository_lock_events.
+type lockEvent struct {
+	ID        int64     `db:"id"`
+	Event     string    `db:"event"`
+	URL       string    `db:"git_repository_url"`
+	Actor     *string   `db:"cluster_user_name"`
+	Owner     *string   `db:"owner_user_name"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+// eventFilter selects lock events; zero fields do not filter.
+type eventFilter struct {
+	Event     string
+	URL       string // exact key
+	Requester string // the acting tenant's name
+	Owner     string // the owning tenant's name
+	Since     time.Time
+	Before    int64 // keyset: events with a smaller id (newest first)
+}
+
+func (f eventFilter) where() (string, []any) {
+	where := "WHERE true"
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where += " AND " + cond + strconv.Itoa(len(args))
+	}
+	if f.Event != "" {
+		add("event = $", f.Event)
+	}
+	if f.URL != "" {
+		add("git_repository_url = $", f.URL)
+	}
+	if f.Requester != "" {
+		add("cluster_user_name = $", f.Requester)
+	}
+	if f.Owner != "" {
+		add("owner_user_name = $", f.Owner)
+	}
+	if !f.Since.IsZero() {
+		add("created_at >= $", f.Since)
+	}
+	if f.Before > 0 {
+		add("id < $", f.Before)
+	}
+	return where, args
+}
+
+const lockEventColumns = `id, event, git_repository_url, cluster_user_name, owner_user_name, created_at`
+
+// events returns a page of lock events, newest first, and whether more follow.
+func (d *data) events(ctx context.Context, f eventFilter, size int) ([]lockEvent, bool, error) {
+	where, args := f.where()
+	args = append(args, size+1)
+	var rows []lockEvent
+	err := d.db.SelectContext(ctx, &rows, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
+		where+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, false, database.MapError(err)
+	}
+	more := len(rows) > size
+	if more {
+		rows = rows[:size]
+	}
+	return rows, more, nil
+}
+
+// eachEvent calls fn for every event f selects, newest first, streaming
+// (for the CSV download), at most limit rows.
+func (d *data) eachEvent(ctx context.Context, f eventFilter, limit int, fn func(lockEvent) error) error {
+	where, args := f.where()
+	args = append(args, limit)
+	rows, err := d.db.QueryxContext(ctx, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
+		where+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return database.MapError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e lockEvent
+		if err := rows.StructScan(&e); err != nil {
+			return database.MapError(err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return database.MapError(rows.Err())
+}
+
+// tenantLocks is a page of a tenant's locks (the API's own listing).
+func (d *data) tenantLocks(ctx context.Context, tenantID string, size int, token string) ([]locks.Lock, string, error) {
+	return locks.List(ctx, d.db, tenantID, size, token)
+}
+
+// ---- GC ----
+
+func (d *data) gcRuns(ctx context.Context, size int, token string) ([]gc.Run, string, error) {
+	return gc.ListRuns(ctx, d.db, size, token)
+}
+
+// collect runs the GC (or a dry run) exactly as POST /v1/admin/gc does.
+func (d *data) collect(ctx context.Context, dryRun bool) (gc.Run, error) {
+	opts := gc.DefaultOptions(gc.TriggerAPI)
+	opts.DryRun = dryRun
+	return d.collector.Collect(ctx, opts)
+}
+
+// ---- sync ----
+
+// syncHost is a host of any tenant.
+type syncHost struct {
+	TenantID              string     `db:"tenant_id"`
+	Tenant                string     `db:"tenant"`
+	Name                  string     `db:"name"`
+	Cursor                *int64     `db:"cursor"`
+	FirstCursorSinceReset int64      `db:"first_cursor_since_reset"`
+	Resets                int64      `db:"resets"`
+	LastResetAt           *time.Time `db:"last_reset_at"`
+	ConnectedAt           *time.Time `db:"connected_at"`
+	Repositories          int64      `db:"repositories"`
+}
+
+// syncHosts returns a page of every tenant's hosts by (tenant, host) after
+// the given position, and whether more follow.
+func (d *data) syncHosts(ctx context.Context, afterTenant, afterHost string, size int) ([]syncHost, bool, error) {
+	var rows []syncHost
+	err := d.db.SelectContext(ctx, &rows, `
+		SELECT u.id AS tenant_id, u.name AS tenant, h.name, h.cursor, h.first_cursor_since_reset,
+			h.resets, h.last_reset_at, h.connected_at,
+			(SELECT count(*) FROM sync_repositories r WHERE r.host_id = h.id) AS repositories
+		FROM sync_hosts h JOIN cluster_users u ON u.id = h.cluster_user_id
+		WHERE (u.name, h.name) > ($1, $2 COLLATE "C")
+		ORDER BY u.name, h.name COLLATE "C" LIMIT $3`, afterTenant, afterHost, size+1)
+	if err != nil {
+		return nil, false, database.MapError(err)
+	}
+	more := len(rows) > size
+	if more {
+		rows = rows[:size]
+	}
+	return rows, more, nil
+}
+
+// needsIndex is a page of a host's repositories that need a re-index, with
+// the reason (the API's own needs-index listing).
+func (d *data) needsIndex(ctx context.Context, tenant, host string, size int, token string) ([]syncstate.Repository, string, error) {
+	u, err := tenants.GetByName(ctx, d.db, tenant)
+	if err != nil {
+		return nil, "", err
+	}
+	return d.sync.ListRepositories(ctx, u.ID, syncstate.ListOptions{Host: host, NeedsIndex: true, PageSize: size, PageToken: token})
+}
+
+// tenantID resolves a tenant name.
+func (d *data) tenantID(ctx context.Context, name string) (string, error) {
+	u, err := tenants.GetByName(ctx, d.db, name)
+	return u.ID, err
+}
+
+// isNotFound reports a domain not-found error.
+func isNotFound(err error) bool { return repolock.IsCode(err, repolock.ENotFound) }
+
+// userMessage is the message of a domain error, safe to show; other errors
+// get a generic text (and are logged by the caller).
+func userMessage(err error) (string, bool) {
+	var e *repolock.Error
+	if errors.As(err, &e) && e.Code != repolock.EInternal {
+		return e.Message, true
+	}
+	var ne *normalize.Error
+	if errors.As(err, &ne) {
+		return ne.Error(), true
+	}
+	return "internal error", false
+}

@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# bench-http.sh (make bench-http): the api binary, as deployed with its
+# default settings, against the speed of its own database. See
+# docs/benchmarks.md#make-bench-http.
+#
+# For each binary (bin/api, and with BENCH_BASE_BIN or BENCH_BASE_REF a
+# baseline too) on its own fresh database, one after the other per phase,
+# BENCH_CONNECTIONS (32) connections for BENCH_DURATION (15s) each:
+#   f  pgbench -M prepared: a raw one-column INSERT ... ON CONFLICT DO NOTHING
+#   s  pgbench -M prepared: exactly the statements the binary executes for one
+#      acquire, captured from the binary itself (scripts/benchsql capture)
+#   h  wrk: POST /v1/locks/acquire, a unique URL per request
+#   a  wrk: POST /v1/applications, a unique name and URL per request
+#   m  wrk: GET /v1/me
+#   z  wrk: GET /healthz
+# and prints rates, p50/p99, non-2xx counts, the Postgres sessions opened
+# during each phase (pg_stat_database.sessions) and the ratios against their
+# targets.
+#
+# Environment:
+#   BENCH_DURATION     seconds per phase, "15s" or "15" (default 15s)
+#   BENCH_CONNECTIONS  connections / pgbench clients (default 32)
+#   BENCH_THREADS      wrk and pgbench threads (default: number of CPUs)
+#   BENCH_PHASES       phases to run (default "f s h a m z")
+#   BENCH_BIN          the candidate binary (default bin/api; make builds it)
+#   BENCH_BASE_BIN     a baseline binary to run side by side
+#   BENCH_BASE_REF     a git ref: checked out with git worktree add into a
+#                      temporary directory and built as the baseline
+#   BENCH_SETTLE       seconds to wait after a phase for Postgres' statistics (11)
+#   DATABASE_URL       the Postgres server (default: scripts/pg-ensure.sh)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+say() { printf 'bench-http: %s\n' "$*" >&2; }
+
+duration=${BENCH_DURATION:-15s}
+duration=${duration%s}
+[[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -gt 0 ] || { say "BENCH_DURATION must be whole seconds, like 15s"; exit 2; }
+conns=${BENCH_CONNECTIONS:-32}
+threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 2)}
+phases=${BENCH_PHASES:-f s h a m z}
+cand_bin=${BENCH_BIN:-bin/api}
+
+# Tools: wrk and pgbench/psql from Debian, jq for the admin API's JSON.
+need=()
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v jq >/dev/null 2>&1 || need+=(jq)
+{ command -v pgbench >/dev/null 2>&1 && command -v psql >/dev/null 2>&1; } || need+=(postgresql-client)
+if [ ${#need[@]} -gt 0 ]; then
+	scripts/apt-install.sh "${need[@]}" || { say "cannot install ${need[*]}; install them and run again"; exit 1; }
+fi
+
+admin_url=$(scripts/pg-ensure.sh | tail -n 1)
+# with_db URL NAME: URL with its database path replaced by NAME.
+with_db() {
+	local url=$1 name=$2 base query=""
+	base=${url%%\?*}
+	[ "$base" != "$url" ] && query="?${url#*\?}"
+	printf '%s/%s%s' "${base%/*}" "$name" "$query"
+}
+psql_admin() { psql "$admin_url" -X -v ON_ERROR_STOP=1 -Atq "$@"; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-http.XXXXXX")
+declare -A server_pid=() db_name=() base_url=() token=() bin=() pool=()
+base_tree=""
+cleanup() {
+	local rc=$? side
+	set +e
+	trap '' INT TERM # finish cleaning up even if interrupted again
+	for side in "${!server_pid[@]}"; do
+		kill -INT "${server_pid[$side]}" 2>/dev/null && wait "${server_pid[$side]}" 2>/dev/null
+	done
+	for side in "${!db_name[@]}"; do
+		psql_admin -c "DROP DATABASE IF EXISTS \"${db_name[$side]}\" WITH (FORCE)" >/dev/null 2>&1
+	done
+	[ -n "$base_tree" ] && git worktree remove --force "$base_tree" >/dev/null 2>&1
+	if [ $rc -ne 0 ] && [ -d "$tmp" ]; then
+		say "stopped with status $rc; server logs kept in $tmp"
+	else
+		rm -rf "$tmp"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "building scripts/benchsql"
+go build -o "$tmp/benchsql" ./scripts/benchsql
+
+sides=(cand)
+bin[cand]=$cand_bin
+[ -x "$cand_bin" ] || { say "$cand_bin is missing: run make build (make bench-http does)"; exit 1; }
+if [ -n "${BENCH_BASE_REF:-}" ] && [ -z "${BENCH_BASE_BIN:-}" ]; then
+	base_tree="$tmp/base-src"
+	say "building the baseline from $BENCH_BASE_REF"
+	git worktree add --detach "$base_tree" "$BENCH_BASE_REF" >/dev/null 2>&1
+	(cd "$base_tree" && go build -o "$tmp/base-api" ./cmd/api)
+	BENCH_BASE_BIN="$tmp/base-api"
+fi
+if [ -n "${BENCH_BASE_BIN:-}" ]; then
+	[ -x "$BENCH_BASE_BIN" ] || { say "BENCH_BASE_BIN=$BENCH_BASE_BIN is not an executable"; exit 1; }
+	sides=(base cand)
+	bin[base]=$BENCH_BASE_BIN
+fi
+admin_token="rla_bench_$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+
+# start_side SIDE: a fresh database, the binary on it with its defaults (only
+# DATABASE_URL, ADMIN_TOKEN, LISTEN_ADDR), a tenant and its token, the
+# scratch table of phase f, and the captured statements of phase s.
+start_side() {
+	local side=$1 db url listen i
+	db="repolock_bench_${side}_$$"
+	db_name[$side]=$db
+	psql_admin -c "CREATE DATABASE \"$db\"" >/dev/null
+	url=$(with_db "$admin_url" "$db")
+	listen=$("$tmp/benchsql" freeport)
+	DATABASE_URL="$url" ADMIN_TOKEN="$admin_token" LISTEN_ADDR="$listen" \
+		"${bin[$side]}" serve >"$tmp/server-$side.log" 2>&1 &
+	server_pid[$side]=$!
+	base_url[$side]="http://$listen"
+	for i in $(seq 1 300); do
+		curl -fsS -o /dev/null "${base_url[$side]}/healthz" 2>/dev/null && break
+		kill -0 "${server_pid[$side]}" 2>/dev/null || { say "$side: the binary exited:"; tail -n 20 "$tmp/server-$side.log" >&2; return 1; }
+		sleep 0.1
+	done
+	curl -fsS -o /dev/null "${base_url[$side]}/healthz" || { say "$side: the binary did not answer /healthz within 30 s"; return 1; }
+	local created="" path
+	# The admin route of tenants: /v1/admin/users today (tenants after the
+	# rename); the first that exists is used.
+	for path in /v1/admin/users /v1/admin/tenants; do
+		created=$(curl -sS -H "Authorization: Bearer $admin_token" -H 'Content-Type: application/json' \
+			-d '{"name":"bench"}' -w '\n%{http_code}' "${base_url[$side]}$path")
+		[ "$(tail -n 1 <<<"$created")" = 201 ] && break
+		created=""
+	done
+	[ -n "$created" ] || { say "$side: could not create a tenant through the admin API"; return 1; }
+	token[$side]=$(head -n 1 <<<"$created" | jq -r .token)
+	psql "$url" -X -v ON_ERROR_STOP=1 -q -c "CREATE TABLE bench_raw (k text PRIMARY KEY)"
+	mkdir -p "$tmp/$side"
+	"$tmp/benchsql" capture -bin "${bin[$side]}" -database-url "$url" -admin-token "$admin_token" \
+		-token "${token[$side]}" -out "$tmp/$side"
+	cat scripts/bench-http/key.sql "$tmp/$side/s.sql" >"$tmp/$side/s-run.sql"
+	cat scripts/bench-http/key.sql scripts/bench-http/f.sql >"$tmp/$side/f-run.sql"
+	# The pool size the binary runs with, from its own /metrics (go_sql_*,
+	# Prometheus' DBStats collector); the code's default when not exported.
+	local metrics
+	metrics=$(curl -fsS "${base_url[$side]}/metrics")
+	pool[$side]=$(awk '/^go_sql_max_open_connections/ {v = $NF} END {print v}' <<<"$metrics")
+	pool[$side]=${pool[$side]:-20?}
+	say "$side: ${bin[$side]} on $db at ${base_url[$side]}, pool size ${pool[$side]}"
+}
+
+# dbstats SIDE: "sessions tup_inserted" of pg_stat_database for the side's
+# database, read from the admin database (so reading it opens no session
+# there). A backend flushes its counts to shared memory at most once a
+# second; one that goes idle less than a second after its last flush keeps
+# them up to 10 s (PGSTAT_IDLE_INTERVAL) before it flushes. So the read waits
+# BENCH_SETTLE (11) seconds, then reads until two reads a second apart agree.
+# (sessions is exact without the wait: a new backend flushes at its first
+# idle moment; the wait is for tup_inserted.)
+settle=${BENCH_SETTLE:-11}
+dbstats() {
+	local db=${db_name[$1]} a b i q
+	q="SELECT sessions || ' ' || tup_inserted FROM pg_stat_database WHERE datname = '$db'"
+	sleep "$settle"
+	a=$(psql_admin -c "$q")
+	for i in 1 2 3 4 5; do
+		sleep 1
+		b=$(psql_admin -c "$q")
+		[ "$a" = "$b" ] && break
+		a=$b
+	done
+	echo "$b"
+}
+
+declare -A rate=() p50=() p99=() bad=() opened=() count=() inserted=()
+
+# run_pgbench SIDE PHASE: rate = successful transactions/s; latencies from
+# pgbench's per-transaction log.
+run_pgbench() {
+	local side=$1 ph=$2 url out defs=()
+	url=$(with_db "$admin_url" "${db_name[$side]}")
+	if [ "$ph" = s ]; then
+		while IFS= read -r line; do defs+=(-D "$line"); done <"$tmp/$side/s.defines"
+	fi
+	mkdir -p "$tmp/log-$side-$ph"
+	out=$(pgbench -n -M prepared -c "$conns" -j "$threads" -T "$duration" -D i=0 "${defs[@]}" \
+		-l --log-prefix="$tmp/log-$side-$ph/tx" -f "$tmp/$side/$ph-run.sql" "$url" 2>&1) || {
+		say "$side $ph: pgbench failed:"
+		echo "$out" >&2
+		return 1
+	}
+	rate[$side,$ph]=$(awk -F'= ' '/^tps = / {split($2, a, " "); print a[1]; exit}' <<<"$out")
+	count[$side,$ph]=$(awk -F': ' '/^number of transactions actually processed/ {split($2, a, "/"); print a[1]; exit}' <<<"$out")
+	bad[$side,$ph]=$(awk -F': ' '/^number of failed transactions/ {split($2, a, " "); print a[1]; exit}' <<<"$out")
+	bad[$side,$ph]=${bad[$side,$ph]:-0}
+	read -r p50[$side,$ph] p99[$side,$ph] < <(cat "$tmp/log-$side-$ph"/tx* | awk '{print $3}' | sort -n |
+		awk '{v[NR]=$1} END {if (NR == 0) {print "0 0"; exit}; i50=int(NR*0.50); i99=int(NR*0.99); if (i50<1) i50=1; if (i99<1) i99=1; printf "%.2f %.2f\n", v[i50]/1000, v[i99]/1000}')
+	rm -rf "$tmp/log-$side-$ph"
+}
+
+# run_wrk SIDE PHASE: rate = 2xx responses/s.
+run_wrk() {
+	local side=$1 ph=$2 out res
+	out=$(BENCH_PHASE=$ph BENCH_TOKEN=${token[$side]} BENCH_RUN=$side \
+		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" 2>&1) || {
+		say "$side $ph: wrk failed:"
+		echo "$out" >&2
+		return 1
+	}
+	grep -v '^RESULT' <<<"$out" | grep -i 'non-2xx\|first non-2xx\|socket errors' | sed "s/^/bench-http: $side $ph: /" >&2 || true
+	res=$(grep '^RESULT' <<<"$out")
+	local requests dur p50us p99us non2xx sockerr
+	requests=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$res")
+	dur=$(sed -E 's/.*duration_us=([0-9]+).*/\1/' <<<"$res")
+	p50us=$(sed -E 's/.*p50_us=([0-9]+).*/\1/' <<<"$res")
+	p99us=$(sed -E 's/.*p99_us=([0-9]+).*/\1/' <<<"$res")
+	non2xx=$(sed -E 's/.*non2xx=([0-9]+).*/\1/' <<<"$res")
+	sockerr=$(sed -E 's/.*socket_errors=([0-9]+).*/\1/' <<<"$res")
+	rate[$side,$ph]=$(awk -v n="$requests" -v b="$non2xx" -v d="$dur" 'BEGIN {printf "%.1f", (n-b)/(d/1e6)}')
+	p50[$side,$ph]=$(awk -v v="$p50us" 'BEGIN {printf "%.2f", v/1000}')
+	p99[$side,$ph]=$(awk -v v="$p99us" 'BEGIN {printf "%.2f", v/1000}')
+	bad[$side,$ph]=$((non2xx + sockerr))
+	count[$side,$ph]=$((requests - non2xx))
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+declare -A last=()
+for side in "${sides[@]}"; do start_side "$side"; done
+for side in "${sides[@]}"; do last[$side]=$(dbstats "$side"); done
+
+declare -A label=([f]="pgbench raw INSERT ON CONFLICT (tps)" [s]="pgbench the acquire's statements (tps)"
+	[h]="POST /v1/locks/acquire (2xx/s)" [a]="POST /v1/applications (2xx/s)" [m]="GET /v1/me (2xx/s)" [z]="GET /healthz (2xx/s)")
+for ph in $phases; do
+	case $ph in f | s | h | a | m | z) ;; *) say "unknown phase $ph"; exit 2 ;; esac
+	for side in "${sides[@]}"; do
+		say "$side: phase $ph (${label[$ph]}), ${conns} connections, ${duration}s"
+		case $ph in
+		f | s) run_pgbench "$side" "$ph" ;;
+		*) run_wrk "$side" "$ph" ;;
+		esac
+		read -r s0 i0 <<<"${last[$side]}"
+		last[$side]=$(dbstats "$side")
+		read -r s1 i1 <<<"${last[$side]}"
+		opened[$side,$ph]=$((s1 - s0))
+		# Rows inserted per successful operation: shows that every key was
+		# new (a conflict inserts nothing) and what one operation writes.
+		inserted[$side,$ph]=$(awk -v i="$((i1 - i0))" -v n="${count[$side,$ph]:-0}" 'BEGIN {if (n > 0) printf "%.2f", i/n; else print "-"}')
+	done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- report ----
+ratio() { # side num den
+	local n=${rate[$1,$2]:-} d=${rate[$1,$3]:-}
+	if [ -z "$n" ] || [ -z "$d" ] || [ "$d" = 0.0 ]; then echo "n/a"; return; fi
+	awk -v n="$n" -v d="$d" 'BEGIN {printf "%.2f", n/d}'
+}
+verdict() { # value op target
+	[ "$1" = n/a ] && { echo "-"; return; }
+	awk -v v="$1" -v t="$3" -v op="$2" 'BEGIN {ok = (op == ">=") ? (v >= t) : (v <= t); print ok ? "PASS" : "MISS"}'
+}
+fmt_rate() { [ -n "${1:-}" ] && awk -v v="$1" 'BEGIN {printf "%.0f", v}' || echo "-"; }
+
+echo
+echo "make bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+dirty'), ${conns} connections, ${duration}s per phase"
+echo "machine: $(nproc) CPUs; load average before $load_before, after $load_after; Postgres $(psql_admin -c 'SHOW server_version' | cut -d' ' -f1)"
+for side in "${sides[@]}"; do echo "$side: ${bin[$side]}, pool size (max open) ${pool[$side]}"; done
+echo
+header="| phase |"
+sep="| --- |"
+for side in "${sides[@]}"; do
+	header+=" $side rate | $side p50 ms | $side p99 ms | $side non-2xx/failed | $side sessions opened | $side rows inserted/op |"
+	sep+=" ---: | ---: | ---: | ---: | ---: | ---: |"
+done
+echo "$header"
+echo "$sep"
+for ph in $phases; do
+	line="| $ph: ${label[$ph]} |"
+	for side in "${sides[@]}"; do
+		line+=" $(fmt_rate "${rate[$side,$ph]:-}") | ${p50[$side,$ph]:--} | ${p99[$side,$ph]:--} | ${bad[$side,$ph]:--} | ${opened[$side,$ph]:--} | ${inserted[$side,$ph]:--} |"
+	done
+	echo "$line"
+done
+echo
+header="| target |"
+sep="| --- |"
+for side in "${sides[@]}"; do header+=" $side |"; sep+=" --- |"; done
+echo "$header"
+echo "$sep"
+for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5"; do
+	read -r n d op t <<<"$spec"
+	line="| $n/$d $op $t |"
+	for side in "${sides[@]}"; do
+		r=$(ratio "$side" "$n" "$d")
+		line+=" $r $(verdict "$r" "$op" "$t") |"
+	done
+	echo "$line"
+done
+line="| sessions opened by the binary (h+a+m+z) <= pool size |"
+for side in "${sides[@]}"; do
+	total=0 any=""
+	for ph in h a m z; do
+		[ -n "${opened[$side,$ph]:-}" ] && { total=$((total + opened[$side,$ph])); any=1; }
+	done
+	p=${pool[$side]%\?}
+	if [ -z "$any" ]; then line+=" n/a - |"; else line+=" $total vs ${pool[$side]} $(verdict "$total" "<=" "$p") |"; fi
+done
+echo "$line"

@@ -1,0 +1,75 @@
+-- wrk script of make bench-http (scripts/bench-http.sh). BENCH_PHASE picks
+-- the request:
+--   h  POST /v1/locks/acquire     a unique repo_url per request
+--   a  POST /v1/applications      a unique name and repo_url per request
+--   m  GET  /v1/me
+--   z  GET  /healthz
+-- Unique values are "t<thread>-<counter>": a per-thread counter and the
+-- thread's number, so no two requests of a run repeat one. BENCH_TOKEN is
+-- the tenant token; BENCH_RUN keeps two binaries' runs apart.
+-- Every response's status is counted (the response hook); done() prints one
+-- "RESULT ..." line that bench-http.sh parses.
+
+local phase = os.getenv("BENCH_PHASE") or "z"
+local token = os.getenv("BENCH_TOKEN") or ""
+local run = os.getenv("BENCH_RUN") or "r"
+
+local threads = {}
+local thread_no = 0
+
+function setup(thread)
+  thread_no = thread_no + 1
+  thread:set("id", thread_no)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  counter = 0
+  non2xx = 0
+  if phase == "m" then
+    wrk.method = "GET"
+    wrk.path = "/v1/me"
+    wrk.headers["Authorization"] = "Bearer " .. token
+  elseif phase == "z" then
+    wrk.method = "GET"
+    wrk.path = "/healthz"
+  end
+end
+
+local post_headers = {
+  ["Authorization"] = "Bearer " .. token,
+  ["Content-Type"] = "application/json",
+}
+
+if phase == "h" or phase == "a" then
+  function request()
+    counter = counter + 1
+    local u = string.format("%s-t%d-%d", run, id, counter)
+    if phase == "h" then
+      return wrk.format("POST", "/v1/locks/acquire", post_headers,
+        '{"repo_url":"https://github.com/bench-h/' .. u .. '"}')
+    end
+    return wrk.format("POST", "/v1/applications", post_headers,
+      '{"name":"app-' .. u .. '","repo_url":"https://github.com/bench-a/' .. u .. '","path":"deploy"}')
+  end
+end
+
+function response(status, headers, body)
+  if status < 200 or status > 299 then
+    non2xx = non2xx + 1
+    if non2xx == 1 then
+      io.stderr:write("first non-2xx response: " .. status .. " " .. string.sub(body or "", 1, 300) .. "\n")
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  local bad = 0
+  for _, t in ipairs(threads) do
+    bad = bad + t:get("non2xx")
+  end
+  local e = summary.errors
+  io.write(string.format("RESULT requests=%d duration_us=%d p50_us=%d p99_us=%d non2xx=%d socket_errors=%d\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), bad,
+    e.connect + e.read + e.write + e.timeout))
+end

@@ -1,0 +1,533 @@
+// Package ui holds the console's browser tests: headless Chromium (driven
+// with chromedp) against the real `api serve` binary and a real database.
+// They run only when REPOLOCK_UI_TEST=1 (make test-ui sets it after
+// scripts/ensure-chromium.sh found or installed a Chromium), so a plain
+// `go test ./...` needs no browser.
+package ui
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/repolock/repolock/internal/dbtest"
+)
+
+var binPath string
+
+func enabled() bool { return os.Getenv("REPOLOCK_UI_TEST") == "1" }
+
+func TestMain(m *testing.M) {
+	if !enabled() {
+		fmt.Println("tests/ui: browser tests skipped (run `make test-ui`, which sets REPOLOCK_UI_TEST=1)")
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "repolock-ui-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "api")
+	build := exec.Command("go", "build", "-o", binPath, "../../cmd/api")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "ui: building the api binary failed:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// chromiumPath is $CHROMIUM or Debian's /usr/bin/chromium.
+func chromiumPath() string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	return "/usr/bin/chromium"
+}
+
+// artifactsDir is $ARTIFACTS/ui or .artifacts/ui at the repository root.
+func artifactsDir(t *testing.T) string {
+	dir := filepath.Join("..", "..", ".artifacts", "ui")
+	if a := os.Getenv("ARTIFACTS"); a != "" {
+		dir = filepath.Join(a, "ui")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// server is a running `api serve`.
+type server struct {
+	URL, AdminToken string
+	cmd             *exec.Cmd
+	logs            *syncBuffer
+	exited          chan struct{}
+	err             error
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	dbURL := dbtest.NewDatabase(t, false)
+	s := &server{AdminToken: "rla_" + randomHex(16), logs: &syncBuffer{}, exited: make(chan struct{})}
+	s.cmd = exec.Command(binPath, "serve", "--listen", "127.0.0.1:0", "--log-format", "json")
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "DATABASE_URL" || k == "ADMIN_TOKEN" || k == "LISTEN_ADDR" || strings.HasPrefix(k, "GC_") || strings.HasPrefix(k, "LOG_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	s.cmd.Env = append(env, "DATABASE_URL="+dbURL, "ADMIN_TOKEN="+s.AdminToken)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stdout = s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			s.logs.WriteLine(line)
+			var rec struct{ Msg, Addr string }
+			if !sent && json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" {
+				addrc <- rec.Addr
+				sent = true
+			}
+		}
+	}()
+	go func() { s.err = s.cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(30 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+			t.Errorf("api serve did not exit within 30s of SIGTERM")
+		}
+		if t.Failed() {
+			t.Logf("server logs:\n%s", s.logs.String())
+		}
+	})
+	select {
+	case addr := <-addrc:
+		s.URL = "http://" + addr
+	case <-s.exited:
+		t.Fatalf("api serve exited: %v\n%s", s.err, s.logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("api serve did not listen within 60s\n%s", s.logs.String())
+	}
+	return s
+}
+
+// api sends a JSON request with a bearer token and returns status and body.
+func (s *server) api(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(res.Body)
+	_ = json.Unmarshal(raw, &out)
+	return res.StatusCode, out
+}
+
+func (s *server) tenant(t *testing.T, name string) string {
+	t.Helper()
+	st, out := s.api(t, http.MethodPost, "/v1/admin/users", s.AdminToken, map[string]any{"name": name})
+	tok, _ := out["token"].(string)
+	if st != http.StatusCreated || tok == "" {
+		t.Fatalf("create tenant %s: %d %v", name, st, out)
+	}
+	return tok
+}
+
+// pageErrors collects what the browser reports as errors: uncaught
+// exceptions, console.error/assert calls and error log entries (CSP
+// violations and failed loads are logged there).
+type pageErrors struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (p *pageErrors) add(s string) { p.mu.Lock(); p.list = append(p.list, s); p.mu.Unlock() }
+
+func (p *pageErrors) take() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.list
+	p.list = nil
+	return l
+}
+
+// listen must return fast: it runs in the loop that reads the tab's messages.
+func (p *pageErrors) listen(ctx context.Context) error {
+	return chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			desc := ev.ExceptionDetails.Text
+			if ev.ExceptionDetails.Exception != nil {
+				desc += " " + ev.ExceptionDetails.Exception.Description
+			}
+			p.add("exception: " + desc)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var parts []string
+				for _, a := range ev.Args {
+					parts = append(parts, string(a.Value)+a.Description)
+				}
+				p.add("console." + string(ev.Type) + ": " + strings.Join(parts, " "))
+			}
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError {
+				p.add("log (" + string(ev.Entry.Source) + "): " + ev.Entry.Text + " " + ev.Entry.URL)
+			}
+		}
+	})
+}
+
+func TestConsoleInBrowser(t *testing.T) {
+	if !enabled() {
+		t.Skip("set REPOLOCK_UI_TEST=1 (make test-ui) to run the browser tests")
+	}
+	chromium := chromiumPath()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("REPOLOCK_UI_TEST=1 but no Chromium at %s (scripts/ensure-chromium.sh installs it)", chromium)
+	}
+	srv := startServer(t)
+	art := artifactsDir(t)
+
+	// Data through the real API: alice owns a repository (an Application
+	// and a Credential hold it), a sync host with two repositories that
+	// were never indexed.
+	alice := srv.tenant(t, "alice")
+	bob := srv.tenant(t, "bob")
+	srv.tenant(t, "carol")
+	if st, out := srv.api(t, http.MethodPost, "/v1/applications", alice, map[string]any{"name": "web", "repo_url": "https://github.com/Org/Repo.git"}); st != http.StatusCreated {
+		t.Fatalf("alice's application: %d %v", st, out)
+	}
+	if st, out := srv.api(t, http.MethodPost, "/v1/repository-credentials", alice, map[string]any{"name": "deploy", "repo_url": "git@github.com:org/repo.git", "secret_ref": "vault:kv/deploy"}); st != http.StatusCreated {
+		t.Fatalf("alice's credential: %d %v", st, out)
+	}
+	if st, out := srv.api(t, http.MethodPut, "/v1/sync/hosts/pds.example", alice, nil); st != http.StatusCreated {
+		t.Fatalf("sync host: %d %v", st, out)
+	}
+	if st, out := srv.api(t, http.MethodPost, "/v1/sync/hosts/pds.example/events", alice, map[string]any{"events": []map[string]any{
+		{"cursor": 1, "repo": "did:plc:one", "rev": "rev-1"}, {"cursor": 2, "repo": "did:plc:two", "rev": "rev-1"},
+	}}); st != http.StatusOK {
+		t.Fatalf("sync events: %d %v", st, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	errs := &pageErrors{}
+	if err := errs.listen(bctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(bctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	do := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, actions...); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		for _, e := range errs.take() {
+			t.Errorf("%s: browser error: %s", step, e)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	eval := func(expr string) any {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[any](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			buf, err := chromedp.CaptureScreenshot()(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(art, name+".png"), buf, 0o644)
+		})
+	}
+	width := func(w int64) chromedp.Action[chromedp.Void] {
+		if w < 600 {
+			return chromedp.EmulateViewport(w, 844, chromedp.EmulateMobile)
+		}
+		return chromedp.EmulateViewport(w, 900)
+	}
+	visible := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
+	do("viewport", width(1280))
+
+	// The error listener works and the CSP is enforced: an inline script
+	// added to the page is refused and reported.
+	do("probe page", chromedp.Navigate(srv.URL+"/ui/login"), visible("#token"))
+	eval(`(function(){var s=document.createElement("script");s.textContent="window.inlineRan=1";document.body.appendChild(s);return true})()`)
+	if ran := eval(`window.inlineRan === 1`); ran != false {
+		t.Fatalf("an inline script ran (%v): the Content-Security-Policy is not enforced", ran)
+	}
+	waitForError(t, errs, "Content Security Policy")
+
+	// Sign in.
+	do("sign in",
+		chromedp.Navigate(srv.URL+"/ui/"),
+		visible("#token"),
+		shot("login"),
+		chromedp.SendKeys(chromedp.CSS("#token"), srv.AdminToken),
+		chromedp.Click(chromedp.CSS("#signin")),
+		visible("#count-tenants"),
+	)
+	if n := text("#count-tenants"); n != "3" {
+		t.Errorf("overview shows %q tenants, want 3", n)
+	}
+
+	// One owner whatever the spelling.
+	for i, spelling := range []string{"https://github.com/Org/Repo.git", "git@github.com:org/repo", "HTTPS://GITHUB.COM/org/repo/"} {
+		do("ownership "+spelling,
+			chromedp.Navigate(srv.URL+"/ui/ownership"),
+			visible("#q-url"),
+			chromedp.SendKeys(chromedp.CSS("#q-url"), spelling),
+			chromedp.Click(chromedp.CSS("#search")),
+			visible("#owner"),
+		)
+		if owner, key := text("#owner"), text("#lock-key"); owner != "alice" || key != "github.com/org/repo" {
+			t.Errorf("%s: owner %q key %q, want alice github.com/org/repo", spelling, owner, key)
+		}
+		if i == 0 {
+			do("ownership shot", shot("ownership"))
+		}
+	}
+
+	// A refused API call shows up as a denial.
+	do("denials before", chromedp.Navigate(srv.URL+"/ui/denials"), visible("#denials"))
+	if before := text("#denials tbody"); !strings.Contains(before, "No denials match.") {
+		t.Fatalf("denials before any refusal: %q", before)
+	}
+	if st, out := srv.api(t, http.MethodPost, "/v1/applications", bob, map[string]any{"name": "mine", "repo_url": "ssh://git@github.com/ORG/repo"}); st != http.StatusConflict {
+		t.Fatalf("bob's claim: %d %v", st, out)
+	}
+	do("denials after", chromedp.Reload(), visible("#denials"), shot("denials"))
+	if after := text("#denials tbody"); !strings.Contains(after, "bob") || !strings.Contains(after, "github.com/org/repo") || !strings.Contains(after, "alice") {
+		t.Errorf("the denial does not show: %q", after)
+	}
+
+	// Dry run.
+	do("gc dry run", chromedp.Navigate(srv.URL+"/ui/gc"), visible("#dry-run"),
+		chromedp.Click(chromedp.CSS("#dry-run")), visible("#result"), shot("gc"))
+	if result := text("#result"); !strings.Contains(result, "dry run") || !strings.Contains(result, "would collect 0 lock(s)") {
+		t.Errorf("dry run result: %q", result)
+	}
+
+	// The overview now has a denial and a GC run.
+	do("overview", chromedp.Navigate(srv.URL+"/ui/"), visible("#count-tenants"), shot("overview"))
+	if last := text(".card"); !strings.Contains(last, "succeeded") || !strings.Contains(last, "dry run") {
+		t.Errorf("overview's last GC run: %q", last)
+	}
+
+	// Reading works with JavaScript disabled: the pages are server-rendered.
+	if _, err := chromedp.Call(bctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []struct{ path, want string }{
+		{"/ui/", `id="count-tenants">3</span>`},
+		{"/ui/denials", "<td>bob</td>"},
+		{"/ui/ownership?url=HTTPS%3A%2F%2FGITHUB.COM%2Forg%2Frepo%2F", `<strong id="owner">alice</strong>`},
+	} {
+		do("no-js "+p.path, chromedp.Navigate(srv.URL+p.path))
+		html, err := chromedp.Run(bctx, chromedp.OuterHTML(chromedp.CSS("html")))
+		if err != nil {
+			t.Fatalf("no-js %s: %v", p.path, err)
+		}
+		if !strings.Contains(html, p.want) {
+			t.Errorf("with JavaScript disabled %s lacks %q", p.path, p.want)
+		}
+	}
+	if _, err := chromedp.Call(bctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: false}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Sync and tenants.
+	do("sync", chromedp.Navigate(srv.URL+"/ui/sync"), visible("#hosts"), shot("sync"),
+		chromedp.Click(chromedp.CSS(`a[href="/ui/sync/alice/pds.example"]`)), visible("#needs-index"), shot("sync-host"))
+	if needs := text("#needs-index tbody"); strings.Count(needs, "never_indexed") != 2 {
+		t.Errorf("needs-index list: %q", needs)
+	}
+	do("tenants", chromedp.Navigate(srv.URL+"/ui/tenants"), visible("#tenants"), shot("tenants"))
+	do("delete confirmation", chromedp.Navigate(srv.URL+"/ui/tenants/alice/delete"), visible("#confirm"), shot("tenant-delete"))
+
+	// Every page at 1280 and 390 px: no horizontal overflow.
+	pages := []struct{ name, path, ready string }{
+		{"overview", "/ui/", "#count-tenants"},
+		{"ownership", "/ui/ownership?url=git%40github.com%3Aorg%2Frepo", "#owner"},
+		{"denials", "/ui/denials", "#denials"},
+		{"gc", "/ui/gc", "#runs"},
+		{"sync", "/ui/sync", "#hosts"},
+		{"sync-host", "/ui/sync/alice/pds.example", "#needs-index"},
+		{"tenants", "/ui/tenants", "#tenants"},
+		{"tenant-delete", "/ui/tenants/alice/delete", "#confirm"},
+	}
+	for _, w := range []int64{1280, 390} {
+		for _, p := range pages {
+			do(fmt.Sprintf("%s at %d px", p.name, w), width(w), chromedp.Navigate(srv.URL+p.path), visible(p.ready))
+			sw, iw := eval(`document.documentElement.scrollWidth`), eval(`window.innerWidth`)
+			if fits := eval(`document.documentElement.scrollWidth <= window.innerWidth`); fits != true {
+				t.Errorf("%s at %d px: scrollWidth %v > innerWidth %v (horizontal overflow)", p.name, w, sw, iw)
+			}
+			if w == 390 {
+				do("shot", shot(p.name+"-390"))
+			}
+		}
+	}
+	do("back to 1280", width(1280))
+
+	// The filter script works.
+	do("filter", chromedp.Navigate(srv.URL+"/ui/tenants"), visible("#tenants"),
+		chromedp.SendKeys(chromedp.CSS(`input[data-filter="tenants"]`), "car"))
+	if n := eval(`Array.from(document.querySelectorAll("#tenants tbody tr")).filter(function(r){return !r.hidden}).length`); n != float64(1) {
+		t.Errorf("filtering tenants by 'car' left %v rows, want 1", n)
+	}
+
+	// Sign out: back to the sign-in page, and the pages are closed.
+	do("sign out", chromedp.Click(chromedp.CSS("#signout")), visible("#token"),
+		chromedp.Navigate(srv.URL+"/ui/tenants"), visible("#token"))
+	loc, err := chromedp.Run(bctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(loc, "/ui/login?next=") {
+		t.Errorf("after sign-out /ui/tenants went to %s", loc)
+	}
+	for _, e := range errs.take() {
+		t.Errorf("browser error: %s", e)
+	}
+}
+
+// waitForError waits until the listener reports an error containing s
+// (the browser reports asynchronously), then drops the collected errors.
+func waitForError(t *testing.T, errs *pageErrors, s string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	var seen []string
+	for {
+		for _, e := range errs.take() {
+			seen = append(seen, e)
+			if strings.Contains(e, s) {
+				return
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the browser reported no error containing %q (saw %q): the error listener does not work", s, seen)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) WriteLine(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.WriteString(line)
+	b.buf.WriteByte('\n')
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
