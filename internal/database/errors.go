@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -36,6 +37,36 @@ const (
 // ErrCommitOutcomeUnknown marks a transaction whose connection was lost
 // while its COMMIT was in flight: it may or may not have been applied.
 var ErrCommitOutcomeUnknown = errors.New("the connection was lost during commit")
+
+// UnknownOutcome marks the error of a write run outside a transaction
+// (one autocommit statement): when the connection was lost after the
+// statement may have reached the server, it may have been applied, as with
+// a COMMIT in flight (ErrCommitOutcomeUnknown). Failures to connect, where
+// nothing was sent, are returned as they are.
+func UnknownOutcome(err error) error {
+	if !IsConnectionError(err) || errors.Is(err, ErrCommitOutcomeUnknown) || notSent(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCommitOutcomeUnknown, err)
+}
+
+// notSent reports connection errors that happen before anything is sent:
+// dialing, and the server refusing the connection at startup.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) || errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	switch PQCode(err) {
+	case CodeTooManyConnections, CodeCannotConnectNow:
+		return true
+	}
+	return false
+}
 
 // IsConnectionError reports whether err means the database could not be
 // reached or the connection to it was lost: dial errors and other network

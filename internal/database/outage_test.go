@@ -66,6 +66,26 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 			}
 		})
 	}
+	// UnknownOutcome: a lost connection after an autocommit write may
+	// have been sent; failing to connect sent nothing.
+	for _, tc := range []struct {
+		err     error
+		unknown bool
+	}{
+		{read, true},
+		{driver.ErrBadConn, true},
+		{io.EOF, true},
+		{dial, false},
+		{syscall.ECONNREFUSED, false},
+		{&pq.Error{Code: "53300"}, false},
+		{&pq.Error{Code: "57P03"}, false},
+		{&pq.Error{Code: "23505"}, false},
+	} {
+		got := database.UnknownOutcome(tc.err)
+		if errors.Is(got, database.ErrCommitOutcomeUnknown) != tc.unknown || !errors.Is(got, tc.err) {
+			t.Errorf("UnknownOutcome(%v) = %v, want unknown=%v", tc.err, got, tc.unknown)
+		}
+	}
 	// An error that is not a database's stays what it is.
 	plain := errors.New("something else")
 	if got := database.MapError(plain); got != plain || database.IsConnectionError(plain) {

@@ -30,7 +30,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	ln      net.Listener
 	conns   map[*proxyConn]struct{}
-	cutNext chan struct{} // armed by CutNextCommit, closed when cut
+	cutNext chan struct{} // armed by CutNextCommit/CutNextStatement, closed when cut
+	cutSync bool          // cut at an extended-protocol Sync, not at COMMIT
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -151,7 +152,19 @@ func (p *Proxy) Restore() {
 func (p *Proxy) CutNextCommit() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cutNext = make(chan struct{})
+	p.cutNext, p.cutSync = make(chan struct{}), false
+	return p.cutNext
+}
+
+// CutNextStatement is CutNextCommit for a statement run outside a
+// transaction with the extended protocol (Parse/Bind/Execute/Sync, as
+// lib/pq runs statements with arguments): the Sync after an Execute, at
+// which Postgres commits the implicit transaction, is forwarded, its answer
+// dropped and the connection reset.
+func (p *Proxy) CutNextStatement() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutNext, p.cutSync = make(chan struct{}), true
 	return p.cutNext
 }
 
@@ -209,16 +222,26 @@ func (p *Proxy) clientToServer(pc *proxyConn) {
 		}
 		break
 	}
+	executed := false // an Execute since the last Sync
 	for {
 		msg, err := readMessage(r, true)
 		if err != nil {
 			return
 		}
 		commit := msg[0] == 'Q' && isCommit(msg[5:])
+		sync := msg[0] == 'S' && executed
+		switch msg[0] {
+		case 'E':
+			executed = true
+		case 'S':
+			executed = false
+		}
 		var done chan struct{}
-		if commit {
+		if commit || sync {
 			p.mu.Lock()
-			done, p.cutNext = p.cutNext, nil
+			if p.cutNext != nil && p.cutSync == sync {
+				done, p.cutNext = p.cutNext, nil
+			}
 			p.mu.Unlock()
 		}
 		if done != nil {

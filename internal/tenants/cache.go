@@ -111,6 +111,7 @@ func (c *Cache) Start() {
 		if err == nil {
 			c.Flush() // anything cached before LISTEN took effect
 			c.connectedOnce.Do(func() { close(c.connected) })
+			c.cfg.Logger.Info("token cache: listening for token changes", "channel", NotifyChannel, "ttl", c.cfg.TTL.String())
 			return
 		}
 		select {
@@ -131,7 +132,7 @@ func (c *Cache) event(ev pq.ListenerEventType, err error) {
 	switch ev {
 	case pq.ListenerEventConnected, pq.ListenerEventReconnected:
 		c.Flush()
-		c.cfg.Logger.Info("token cache: listening for token changes", "event", ev.String())
+		c.cfg.Logger.Info("token cache: listener connected", "event", ev.String())
 	case pq.ListenerEventDisconnected:
 		c.Flush()
 		c.cfg.Logger.Warn("token cache: listener disconnected; revocations take effect within the cache TTL until it reconnects",
