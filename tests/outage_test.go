@@ -279,7 +279,13 @@ func TestCommitCutMidFlight(t *testing.T) {
 	t.Parallel()
 	s, p, direct := proxiedServer(t, false)
 	token := s.createTenant(t, "cut")
-	if st, resp := s.do(t, http.MethodGet, "/v1/me", token, nil); st != http.StatusOK { // cached from now on
+	// Once LISTEN took effect (which flushes the cache), the token is
+	// cached by its first use: the cut below must hit the create, not the
+	// authentication.
+	s.waitForLog(t, "the token cache listening", func(rec map[string]any) bool {
+		return rec["msg"] == "token cache: listening for token changes"
+	})
+	if st, resp := s.do(t, http.MethodGet, "/v1/me", token, nil); st != http.StatusOK {
 		t.Fatalf("me: %d %v", st, resp)
 	}
 	const unknown = "the database connection was lost while committing: the outcome is unknown; re-read before retrying"
