@@ -34,6 +34,68 @@ func exampleTenant(ctx context.Context, name string) *client.Client {
 	return client.New(serverURL, client.WithToken(u.Token), client.WithHTTPClient(exampleHTTP))
 }
 
+// The main flow end to end, as README.md and docs/api.md show it: the
+// admin creates a tenant; the tenant claims a repository by creating an
+// Application; another tenant gets repository_claimed; the tenant lists its
+// locks; the admin runs the GC and reads the ownership report.
+func Example() {
+	ctx := context.Background()
+	admin := client.New(serverURL, client.WithToken(adminToken), client.WithHTTPClient(exampleHTTP))
+	u, err := admin.CreateUser(ctx, client.CreateUserRequest{Name: "team-g"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := client.New(serverURL, client.WithToken(u.Token), client.WithHTTPClient(exampleHTTP))
+
+	// Claim a repository by creating an Application on it.
+	app, err := c.CreateApplication(ctx, client.CreateApplicationRequest{
+		Name: "guestbook", RepoURL: "git@github.com:example/team-g-apps.git", Path: "guestbook",
+	})
+	if owner, ok := client.ClaimedBy(err); ok {
+		log.Fatalf("the repository belongs to %s", owner) // 409 repository_claimed
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("claimed", app.NormalizedURL)
+
+	// Another tenant, another spelling of the same URL.
+	other := exampleTenant(ctx, "team-h")
+	_, err = other.CreateApplication(ctx, client.CreateApplicationRequest{Name: "mine", RepoURL: "https://github.com/example/team-g-apps"})
+	if owner, ok := client.ClaimedBy(err); ok {
+		fmt.Println("team-h: claimed by", owner)
+	}
+
+	// Every lock of the tenant, page after page.
+	for lock, err := range c.ListLocks(ctx, client.ListOptions{PageSize: 100}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("lock", lock.NormalizedURL, "applications:", lock.Applications)
+	}
+
+	// Admin: collect locks nothing references, then who owns what.
+	run, err := admin.RunGC(ctx, client.GCOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("gc:", run.Status)
+	rows, err := admin.GetReport(ctx, "ownership", client.ReportOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, row := range rows.Items {
+		if row["tenant_name"] == "team-g" {
+			fmt.Println("team-g: locks", row["locks"], "applications", row["applications"])
+		}
+	}
+	// Output:
+	// claimed github.com/example/team-g-apps
+	// team-h: claimed by team-g
+	// lock github.com/example/team-g-apps applications: 1
+	// gc: succeeded
+	// team-g: locks 1 applications 1
+}
+
 // Claim a repository by creating an Application on it: any spelling of the
 // URL names the same repository, and the tenant now holds its lock.
 func Example_claimRepository() {

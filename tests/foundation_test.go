@@ -17,6 +17,7 @@ import (
 
 	"github.com/lib/pq"
 
+	"github.com/repolock/repolock/client"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 )
@@ -25,6 +26,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 
+	// The exact bodies and the request id header: raw HTTP.
 	status, resp := s.do(t, http.MethodGet, "/healthz", "", nil)
 	if status != http.StatusOK || resp["status"] != "ok" {
 		t.Fatalf("healthz: %d %v", status, resp)
@@ -38,9 +40,9 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Fatalf("healthz request id: %d %q", status, hdr.Get("X-Request-ID"))
 	}
 
-	status, _, body := s.doRaw(t, http.MethodGet, "/metrics", "", nil, nil)
-	if status != http.StatusOK {
-		t.Fatalf("metrics: %d", status)
+	body, err := s.client(t, "").Metrics(t.Context())
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
 	}
 	for _, want := range []string{
 		`repolock_http_requests_total{method="GET",route="/readyz",status="200"} 1`,
@@ -57,8 +59,9 @@ func TestReadyzFailsWhenDatabaseGoes(t *testing.T) {
 	t.Parallel()
 	dbURL := dbtest.NewDatabase(t, false)
 	s := startServerWith(t, serverOptions{DatabaseURL: dbURL})
-	if status, _ := s.do(t, http.MethodGet, "/readyz", "", nil); status != http.StatusOK {
-		t.Fatalf("readyz before: %d", status)
+	anon := s.client(t, "")
+	if err := anon.Readyz(t.Context()); err != nil {
+		t.Fatalf("readyz before: %v", err)
 	}
 	// Take the database away under the server.
 	admin, err := sql.Open("postgres", dbtest.AdminURL())
@@ -73,72 +76,74 @@ func TestReadyzFailsWhenDatabaseGoes(t *testing.T) {
 	if _, err := admin.Exec("DROP DATABASE " + pq.QuoteIdentifier(name) + " WITH (FORCE)"); err != nil {
 		t.Fatal(err)
 	}
-	status, resp := s.do(t, http.MethodGet, "/readyz", "", nil)
-	if status != http.StatusServiceUnavailable || errorCode(resp) != "unavailable" {
-		t.Fatalf("readyz after drop: %d %v", status, resp)
-	}
-	if status, _ := s.do(t, http.MethodGet, "/healthz", "", nil); status != http.StatusOK {
-		t.Fatalf("healthz must not depend on the database: %d", status)
+	wantAPIError(t, "readyz after drop", anon.Readyz(t.Context()), http.StatusServiceUnavailable, client.CodeUnavailable, "")
+	if err := anon.Healthz(t.Context()); err != nil {
+		t.Fatalf("healthz must not depend on the database: %v", err)
 	}
 }
 
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
+	ctx := t.Context()
 	alice := s.createTenant(t, "alice")
+	admin := s.admin(t)
+	me := func(c *client.Client) error { _, err := c.Me(ctx); return err }
+	users := func(c *client.Client) error { _, err := c.ListUsersPage(ctx, client.ListOptions{}); return err }
 
 	tests := []struct {
 		name       string
-		method     string
-		path       string
+		call       func(*client.Client) error
 		token      string
 		wantStatus int
-		wantCode   string
+		wantCode   client.Code
 	}{
-		{"tenant route without token is 401", "GET", "/v1/me", "", 401, "unauthenticated"},
-		{"tenant route with unknown token is 401", "GET", "/v1/me", "rlt_nope", 401, "unauthenticated"},
-		{"tenant route with junk token is 401", "GET", "/v1/me", "junk", 401, "unauthenticated"},
-		{"tenant route with admin token is 403", "GET", "/v1/me", s.AdminToken, 403, "forbidden"},
-		{"tenant route with tenant token is 200", "GET", "/v1/me", alice, 200, ""},
-		{"admin route without token is 401", "GET", "/v1/admin/users", "", 401, "unauthenticated"},
-		{"admin route with bad token is 401", "GET", "/v1/admin/users", "rla_wrong", 401, "unauthenticated"},
-		{"admin route with tenant token is 403", "GET", "/v1/admin/users", alice, 403, "forbidden"},
-		{"admin route with admin token is 200", "GET", "/v1/admin/users", s.AdminToken, 200, ""},
+		{"tenant route without token is 401", me, "", 401, client.CodeUnauthenticated},
+		{"tenant route with unknown token is 401", me, "rlt_nope", 401, client.CodeUnauthenticated},
+		{"tenant route with junk token is 401", me, "junk", 401, client.CodeUnauthenticated},
+		{"tenant route with admin token is 403", me, s.AdminToken, 403, client.CodeForbidden},
+		{"tenant route with tenant token is 200", me, alice, 200, ""},
+		{"admin route without token is 401", users, "", 401, client.CodeUnauthenticated},
+		{"admin route with bad token is 401", users, "rla_wrong", 401, client.CodeUnauthenticated},
+		{"admin route with tenant token is 403", users, alice, 403, client.CodeForbidden},
+		{"admin route with admin token is 200", users, s.AdminToken, 200, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, resp := s.do(t, tc.method, tc.path, tc.token, nil)
-			if status != tc.wantStatus || errorCode(resp) != tc.wantCode {
-				t.Fatalf("got %d %v, want %d %q", status, resp, tc.wantStatus, tc.wantCode)
+			err := tc.call(s.client(t, tc.token))
+			if tc.wantStatus == 200 {
+				if err != nil {
+					t.Fatalf("got %v, want 200", err)
+				}
+				return
 			}
+			wantAPIError(t, tc.name, err, tc.wantStatus, tc.wantCode, "")
 		})
 	}
 
-	status, resp := s.do(t, "GET", "/v1/me", alice, nil)
-	if status != 200 || resp["name"] != "alice" {
-		t.Fatalf("me: %d %v", status, resp)
+	if u, err := s.client(t, alice).Me(ctx); err != nil || u.Name != "alice" {
+		t.Fatalf("me: %v %+v", err, u)
 	}
 
-	// Basic auth or a malformed header is 401 with the same error shape.
+	// Basic auth or a malformed header is 401 with the same error shape
+	// (raw HTTP: the client only sends bearer tokens).
 	st, _, raw := s.doRaw(t, "GET", "/v1/me", "", http.Header{"Authorization": {"Basic YTpi"}}, nil)
 	if st != 401 || !strings.Contains(string(raw), `"code":"unauthenticated"`) {
 		t.Fatalf("basic auth: %d %s", st, raw)
 	}
 
 	// Revoking every token of a tenant locks it out; a new token works.
-	status, resp = s.do(t, "DELETE", "/v1/admin/users/alice/tokens", s.AdminToken, nil)
-	if status != 200 || resp["revoked"] != float64(1) {
-		t.Fatalf("revoke: %d %v", status, resp)
+	if n, err := admin.RevokeTokens(ctx, "alice"); err != nil || n != 1 {
+		t.Fatalf("revoke: %v %d", err, n)
 	}
-	if status, _ := s.do(t, "GET", "/v1/me", alice, nil); status != 401 {
-		t.Fatalf("revoked token still works: %d", status)
+	_, err := s.client(t, alice).Me(ctx)
+	wantAPIError(t, "revoked token", err, 401, client.CodeUnauthenticated, "")
+	token, err := admin.IssueToken(ctx, "alice")
+	if err != nil || token == "" {
+		t.Fatalf("issue token: %v %q", err, token)
 	}
-	status, resp = s.do(t, "POST", "/v1/admin/users/alice/tokens", s.AdminToken, nil)
-	if status != 201 {
-		t.Fatalf("issue token: %d %v", status, resp)
-	}
-	if status, _ := s.do(t, "GET", "/v1/me", resp["token"].(string), nil); status != 200 {
-		t.Fatalf("new token: %d", status)
+	if _, err := s.client(t, token).Me(ctx); err != nil {
+		t.Fatalf("new token: %v", err)
 	}
 }
 
@@ -187,16 +192,14 @@ func TestErrorShape(t *testing.T) {
 	}
 
 	// Nothing was written by the rejected requests.
-	status, resp := s.do(t, "GET", "/v1/admin/users", s.AdminToken, nil)
-	if status != 200 || len(resp["items"].([]any)) != 0 {
-		t.Fatalf("rejected requests wrote users: %v", resp)
+	admin := s.admin(t)
+	if users, err := admin.ListUsersPage(t.Context(), client.ListOptions{}); err != nil || len(users.Items) != 0 {
+		t.Fatalf("rejected requests wrote users: %v %+v", err, users)
 	}
 	// A duplicate is 409 already_exists.
 	s.createTenant(t, "bob")
-	status, resp = s.do(t, "POST", "/v1/admin/users", s.AdminToken, map[string]any{"name": "bob"})
-	if status != 409 || errorCode(resp) != "already_exists" {
-		t.Fatalf("duplicate: %d %v", status, resp)
-	}
+	_, err := admin.CreateUser(t.Context(), client.CreateUserRequest{Name: "bob"})
+	wantAPIError(t, "duplicate", err, 409, client.CodeAlreadyExists, "")
 }
 
 // TestGracefulShutdown proves that a request in flight when SIGTERM arrives
@@ -353,9 +356,9 @@ func TestUserCLI(t *testing.T) {
 	if !strings.HasPrefix(token, "rlt_") || !strings.Contains(errOut, "shown only this once") {
 		t.Fatalf("user create printed %q / %q", out, errOut)
 	}
-	status, resp := s.do(t, "GET", "/v1/me", token, nil)
-	if status != 200 || resp["name"] != "carol" || resp["display_name"] != "Carol C" {
-		t.Fatalf("token from CLI: %d %v", status, resp)
+	carol := s.client(t, token)
+	if u, err := carol.Me(t.Context()); err != nil || u.Name != "carol" || u.DisplayName != "Carol C" {
+		t.Fatalf("token from CLI: %v %+v", err, u)
 	}
 	out, _, code = runCLI(t, s.DatabaseURL, "user", "list")
 	if code != 0 || !strings.Contains(out, "carol") || !strings.Contains(out, "Carol C") {
@@ -388,6 +391,8 @@ func TestUserCLI(t *testing.T) {
 		t.Fatalf("user delete: %d %q %q", code, out, errOut)
 	}
 	s.answersWithin(t, time.Second, "GET", "/v1/me", token, 401, 200)
+	_, err = carol.Me(t.Context())
+	wantAPIError(t, "deleted tenant's token", err, 401, client.CodeUnauthenticated, "")
 	if _, _, code := runCLI(t, s.DatabaseURL, "user", "delete", "carol"); code != 1 {
 		t.Fatalf("deleting a missing tenant: exit %d, want 1", code)
 	}

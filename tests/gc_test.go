@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repolock/repolock/client"
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
@@ -182,33 +183,34 @@ func TestConcurrentGCProcessesAlwaysExitZero(t *testing.T) {
 func TestGCAndReportsEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := startServerWith(t, serverOptions{Env: []string{"GC_INTERVAL=0"}})
-	token := s.createTenant(t, "alice")
+	ctx := t.Context()
+	alice := s.tenant(t, "alice")
+	admin := s.admin(t)
 
-	status, resp := s.do(t, http.MethodPost, "/v1/locks/acquire", token, map[string]any{"repo_url": "https://github.com/alice/infra.git"})
-	if status != http.StatusOK {
-		t.Fatalf("acquire: %d %v", status, resp)
+	if _, err := alice.AcquireLock(ctx, "https://github.com/alice/infra.git"); err != nil {
+		t.Fatalf("acquire: %v", err)
 	}
 	// Too young for the default minimum age: a dry run finds nothing.
-	status, resp = s.do(t, http.MethodPost, "/v1/admin/gc?dry_run=true", s.AdminToken, nil)
-	if status != http.StatusOK || resp["scanned"] != 0.0 {
-		t.Fatalf("dry run: %d %v", status, resp)
+	if run, err := admin.RunGC(ctx, client.GCOptions{DryRun: true}); err != nil || run.Scanned != 0 {
+		t.Fatalf("dry run: %v %+v", err, run)
 	}
-	status, resp = s.do(t, http.MethodPost, "/v1/admin/gc?min_age=0s", s.AdminToken, nil)
-	if status != http.StatusOK || resp["status"] != "succeeded" || resp["deleted"] != 1.0 {
-		t.Fatalf("gc: %d %v", status, resp)
+	var zero time.Duration
+	run, err := admin.RunGC(ctx, client.GCOptions{MinAge: &zero})
+	if err != nil || run.Status != "succeeded" || run.Deleted != 1 {
+		t.Fatalf("gc: %v %+v", err, run)
 	}
-	runID, _ := resp["id"].(string)
+	runID := run.ID
 
+	// The exact CSV media type is raw HTTP behaviour.
 	status, hdr, body := s.doRaw(t, http.MethodGet, "/v1/admin/reports/gc_runs?format=csv", s.AdminToken, nil, nil)
 	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
 	if status != http.StatusOK || hdr.Get("Content-Type") != "text/csv; charset=utf-8" || len(lines) != 3 ||
 		!strings.HasPrefix(lines[1], runID+",gc,api,succeeded,false,") {
 		t.Fatalf("gc_runs report: %d %v\n%s", status, hdr, body)
 	}
-	status, resp = s.do(t, http.MethodGet, "/v1/admin/reports/nope", s.AdminToken, nil)
-	if status != http.StatusNotFound || errorCode(resp) != "not_found" ||
-		errorMessage(resp) != `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs` {
-		t.Fatalf("unknown report: %d %v", status, resp)
+	_, err = admin.GetReport(ctx, "nope", client.ReportOptions{})
+	if ce := wantAPIError(t, "unknown report", err, http.StatusNotFound, client.CodeNotFound, ""); ce.Message != `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs` {
+		t.Fatalf("unknown report: %+v", ce)
 	}
 
 	out, errOut, code := runCLI(t, s.DatabaseURL, "report", "ownership", "--format", "csv")

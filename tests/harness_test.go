@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/repolock/repolock/client"
+	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
@@ -169,18 +172,36 @@ func (s *server) stop(t *testing.T) {
 	}
 }
 
-// createTenant creates a tenant over the admin API and returns its token.
+// createTenant creates a tenant over the admin API (with the public client)
+// and returns its token.
 func (s *server) createTenant(t *testing.T, name string) string {
 	t.Helper()
-	status, resp := s.do(t, http.MethodPost, "/v1/admin/users", s.AdminToken, map[string]any{"name": name})
-	if status != http.StatusCreated {
-		t.Fatalf("create tenant %s: status %d: %v", name, status, resp)
+	u, err := s.admin(t).CreateUser(t.Context(), client.CreateUserRequest{Name: name})
+	if err != nil {
+		t.Fatalf("create tenant %s: %v", name, err)
 	}
-	token, _ := resp["token"].(string)
-	if token == "" {
-		t.Fatalf("create tenant %s: no token in %v", name, resp)
+	if u.Token == "" || u.Name != name {
+		t.Fatalf("create tenant %s: got %+v", name, u)
 	}
-	return token
+	return u.Token
+}
+
+// client is the public Go client acting with token (empty for none); its
+// traffic is validated against api/openapi.yaml (a violation fails t).
+// Tests use it for every call it has; raw HTTP (do, doRaw) is for tests of
+// raw HTTP behaviour.
+func (s *server) client(t *testing.T, token string) *client.Client {
+	// No retries: the tests assert the status of every single answer.
+	return client.New(s.URL, client.WithToken(token), client.WithHTTPClient(s.httpClient(t)), client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+}
+
+// admin is the public client with the admin token.
+func (s *server) admin(t *testing.T) *client.Client { return s.client(t, s.AdminToken) }
+
+// tenant creates a tenant and returns the public client acting as it.
+func (s *server) tenant(t *testing.T, name string) *client.Client {
+	t.Helper()
+	return s.client(t, s.createTenant(t, name))
 }
 
 // do sends a JSON request (body nil for none) with a bearer token (empty for
@@ -228,7 +249,8 @@ func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	// Every exchange is validated against the document (a violation fails t).
+	res, err := s.httpClient(t).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -238,6 +260,12 @@ func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
 	return res.StatusCode, res.Header, raw
+}
+
+// httpClient is an HTTP client whose exchanges are validated against
+// api/openapi.yaml; a violation fails t. Requests time out after a minute.
+func (s *server) httpClient(t *testing.T) *http.Client {
+	return &http.Client{Transport: contracttest.New(t).Transport(t, nil), Timeout: time.Minute}
 }
 
 // runCLI runs the api binary with args and the database URL in the
@@ -260,6 +288,17 @@ func runCLI(t *testing.T, dbURL string, args ...string) (stdout, stderr string, 
 		code = ee.ExitCode()
 	}
 	return out.String(), errb.String(), code
+}
+
+// wantAPIError fails t unless err is the *client.Error of an answer with
+// the status and code whose message contains msg; it returns the error.
+func wantAPIError(t *testing.T, what string, err error, status int, code client.Code, msg string) *client.Error {
+	t.Helper()
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.StatusCode != status || ce.Code != code || !strings.Contains(ce.Message, msg) {
+		t.Fatalf("%s: got %v, want %d %s containing %q", what, err, status, code, msg)
+	}
+	return ce
 }
 
 // errorCode returns resp["error"]["code"].

@@ -1,11 +1,13 @@
 package tests
 
 import (
-	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/repolock/repolock/client"
 )
 
 // The life of a repository lock through the real binary: claim, refusal of
@@ -14,37 +16,40 @@ import (
 func TestLocksEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	alice := s.createTenant(t, "alice")
-	bob := s.createTenant(t, "bob")
+	ctx := t.Context()
+	aliceToken := s.createTenant(t, "alice")
+	alice := s.client(t, aliceToken)
+	bob := s.tenant(t, "bob")
 
-	status, app := s.do(t, http.MethodPost, "/v1/applications", alice, map[string]any{
-		"name": "web", "repo_url": "https://ci-bot:ghp_E2ESECRET@github.com/Acme/Web.git", "path": "deploy", "target_revision": "main",
+	app, err := alice.CreateApplication(ctx, client.CreateApplicationRequest{
+		Name: "web", RepoURL: "https://ci-bot:ghp_E2ESECRET@github.com/Acme/Web.git", Path: "deploy", TargetRevision: "main",
 	})
-	if status != http.StatusCreated || app["repo_url"] != "https://github.com/Acme/Web.git" || app["normalized_url"] != "github.com/acme/web" {
-		t.Fatalf("create: %d %v", status, app)
+	if err != nil || app.RepoURL != "https://github.com/Acme/Web.git" || app.NormalizedURL != "github.com/acme/web" {
+		t.Fatalf("create: %v %+v", err, app)
 	}
-	lockID := app["lock_id"].(string)
+	lockID := app.LockID
 
-	status, resp := s.do(t, http.MethodPost, "/v1/applications", bob, map[string]any{"name": "web", "repo_url": "git@github.com:acme/web.git"})
-	if status != http.StatusConflict || errorCode(resp) != "repository_claimed" ||
-		errorMessage(resp) != "a repository URL is already claimed by another user: alice" || resp["error"].(map[string]any)["owner"] != "alice" {
-		t.Fatalf("bob: %d %v", status, resp)
+	_, err = bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "web", RepoURL: "git@github.com:acme/web.git"})
+	ce := wantAPIError(t, "bob", err, http.StatusConflict, client.CodeRepositoryClaimed, "")
+	if ce.Message != "a repository URL is already claimed by another user: alice" || ce.Owner() != "alice" {
+		t.Fatalf("bob: %+v", ce)
 	}
-	status, resp = s.do(t, http.MethodPost, "/v1/repository-credentials", alice, map[string]any{
+	// A raw key is a field the contract does not have: raw HTTP.
+	status, resp := s.do(t, http.MethodPost, "/v1/repository-credentials", aliceToken, map[string]any{
 		"name": "web-creds", "repo_url": "ssh://git@github.com/acme/web", "username": "git", "ssh_private_key": "-----BEGIN OPENSSH PRIVATE KEY-----",
 	})
 	if status != http.StatusBadRequest || !strings.Contains(errorMessage(resp), "secret_ref") {
 		t.Fatalf("raw key: %d %v", status, resp)
 	}
-	status, cred := s.do(t, http.MethodPost, "/v1/repository-credentials", alice, map[string]any{
-		"name": "web-creds", "repo_url": "ssh://git@github.com/acme/web", "username": "git", "secret_ref": "k8s://argocd/web-deploy-key",
+	cred, err := alice.CreateRepositoryCredential(ctx, client.CreateRepositoryCredentialRequest{
+		Name: "web-creds", RepoURL: "ssh://git@github.com/acme/web", Username: "git", SecretRef: "k8s://argocd/web-deploy-key",
 	})
-	if status != http.StatusCreated || cred["lock_id"] != lockID {
-		t.Fatalf("credential: %d %v", status, cred)
+	if err != nil || cred.LockID != lockID {
+		t.Fatalf("credential: %v %+v", err, cred)
 	}
-	status, l := s.do(t, http.MethodGet, "/v1/locks/"+lockID, alice, nil)
-	if status != http.StatusOK || l["applications"] != 1.0 || l["repository_credentials"] != 1.0 {
-		t.Fatalf("lock: %d %v", status, l)
+	l, err := alice.GetLock(ctx, lockID)
+	if err != nil || l.Applications != 1 || l.RepositoryCredentials != 1 {
+		t.Fatalf("lock: %v %+v", err, l)
 	}
 
 	// The operators' view, through the CLI.
@@ -59,32 +64,30 @@ func TestLocksEndToEnd(t *testing.T) {
 	}
 
 	// Deleting the references one by one keeps the lock until the last.
-	if status, _ := s.do(t, http.MethodDelete, "/v1/applications/"+app["id"].(string), alice, nil); status != http.StatusNoContent {
-		t.Fatalf("delete application: %d", status)
+	if err := alice.DeleteApplication(ctx, app.ID); err != nil {
+		t.Fatalf("delete application: %v", err)
 	}
-	if status, resp := s.do(t, http.MethodPost, "/v1/applications", bob, map[string]any{"name": "web", "repo_url": "https://github.com/acme/web"}); status != http.StatusConflict {
-		t.Fatalf("bob while the credential holds the lock: %d %v", status, resp)
+	if _, err := bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "web", RepoURL: "https://github.com/acme/web"}); !client.IsClaimed(err) {
+		t.Fatalf("bob while the credential holds the lock: %v", err)
 	}
-	if status, _ := s.do(t, http.MethodDelete, "/v1/repository-credentials/"+cred["id"].(string), alice, nil); status != http.StatusNoContent {
-		t.Fatalf("delete credential: %d", status)
+	if err := alice.DeleteRepositoryCredential(ctx, cred.ID); err != nil {
+		t.Fatalf("delete credential: %v", err)
 	}
-	status, list := s.do(t, http.MethodGet, "/v1/locks", alice, nil)
-	if items := list["items"].([]any); status != http.StatusOK || len(items) != 0 {
-		t.Fatalf("alice's locks after the last reference: %d %v", status, list)
+	if locks, err := alice.ListLocksPage(ctx, client.ListOptions{}); err != nil || len(locks.Items) != 0 {
+		t.Fatalf("alice's locks after the last reference: %v %+v", err, locks)
 	}
-	status, bobApp := s.do(t, http.MethodPost, "/v1/applications", bob, map[string]any{"name": "web", "repo_url": "https://github.com/acme/web"})
-	if status != http.StatusCreated {
-		t.Fatalf("bob after the release: %d %v", status, bobApp)
+	if _, err := bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "web", RepoURL: "https://github.com/acme/web"}); err != nil {
+		t.Fatalf("bob after the release: %v", err)
 	}
 
 	// Deleting a tenant releases its locks.
-	status, resp = s.do(t, http.MethodDelete, "/v1/admin/users/bob", s.AdminToken, nil)
-	if status != http.StatusOK || resp["applications"] != 1.0 || resp["locks_released"] != 1.0 {
-		t.Fatalf("delete bob: %d %v", status, resp)
+	del, err := s.admin(t).DeleteUser(ctx, "bob")
+	if err != nil || del.Applications != 1 || del.LocksReleased != 1 {
+		t.Fatalf("delete bob: %v %+v", err, del)
 	}
-	status, resp = s.do(t, http.MethodPost, "/v1/locks/acquire", alice, map[string]any{"repo_url": "github.com/acme/web"})
-	if status != http.StatusOK || resp["acquired"] != true {
-		t.Fatalf("alice takes it back: %d %v", status, resp)
+	acq, err := alice.AcquireLock(ctx, "github.com/acme/web")
+	if err != nil || !acq.Acquired {
+		t.Fatalf("alice takes it back: %v %+v", err, acq)
 	}
 }
 
@@ -94,34 +97,44 @@ func TestLocksEndToEnd(t *testing.T) {
 func TestLocksRaceEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	tokens := []string{s.createTenant(t, "t1"), s.createTenant(t, "t2"), s.createTenant(t, "t3")}
+	tenants := []*client.Client{s.tenant(t, "t1"), s.tenant(t, "t2"), s.tenant(t, "t3")}
 	urls := []string{"https://github.com/race/r%d", "git@github.com:race/r%d.git", "ssh://git@github.com/race/r%d/"}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	statuses := map[int]int{}
-	for ti, token := range tokens {
+	for ti, tenant := range tenants {
 		for c := 0; c < 4; c++ {
 			wg.Add(1)
-			go func(ti, c int, token string) {
+			go func(ti, c int, tenant *client.Client) {
 				defer wg.Done()
 				for r := 0; r < 10; r++ {
-					body, _ := json.Marshal(map[string]any{"name": "c" + string(rune('a'+c)) + "-" + string(rune('a'+r)), "repo_url": strings.Replace(urls[(c+r)%3], "%d", string(rune('0'+(r+ti)%10)), 1)})
-					status, _, raw := s.doRaw(t, http.MethodPost, "/v1/applications", token, http.Header{"Content-Type": {"application/json"}}, strings.NewReader(string(body)))
+					_, err := tenant.CreateApplication(t.Context(), client.CreateApplicationRequest{
+						Name:    "c" + string(rune('a'+c)) + "-" + string(rune('a'+r)),
+						RepoURL: strings.Replace(urls[(c+r)%3], "%d", string(rune('0'+(r+ti)%10)), 1),
+					})
+					status := http.StatusCreated
+					var ce *client.Error
+					if errors.As(err, &ce) {
+						status = ce.StatusCode
+					}
 					mu.Lock()
 					statuses[status]++
-					if status != http.StatusCreated && !(status == http.StatusConflict && strings.Contains(string(raw), `"repository_claimed"`)) {
-						t.Errorf("unexpected %d %s", status, raw)
+					if err != nil && !client.IsClaimed(err) {
+						t.Errorf("unexpected %v", err)
 					}
 					mu.Unlock()
 				}
-			}(ti, c, token)
+			}(ti, c, tenant)
 		}
 	}
 	wg.Wait()
 	owned := 0
-	for _, token := range tokens {
-		_, list := s.do(t, http.MethodGet, "/v1/locks?page_size=100", token, nil)
-		owned += len(list["items"].([]any))
+	for _, tenant := range tenants {
+		list, err := tenant.ListLocksPage(t.Context(), client.ListOptions{PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned += len(list.Items)
 	}
 	if owned != 10 || statuses[http.StatusCreated]+statuses[http.StatusConflict] != 120 {
 		t.Fatalf("%d locks for 10 repositories; statuses %v", owned, statuses)

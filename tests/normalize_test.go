@@ -2,15 +2,18 @@ package tests
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/repolock/repolock/client"
 )
 
 func TestNormalizeHTTPAndCLI(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
+	ctx := t.Context()
 	token := s.createTenant(t, "norm")
+	tenant := s.client(t, token)
 
 	same := []string{
 		"git@GITHUB.com:argoproj/test",
@@ -21,21 +24,20 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 		"https://user:tok@github.com:443/argoproj/test.git/",
 	}
 	for _, raw := range same {
-		status, resp := s.do(t, http.MethodGet, "/v1/normalize?url="+url.QueryEscape(raw), token, nil)
-		if status != 200 || resp["normalized"] != "github.com/argoproj/test" || resp["version"] != float64(2) {
-			t.Fatalf("%q: %d %v", raw, status, resp)
+		n, err := tenant.Normalize(ctx, raw)
+		if err != nil || n.Normalized != "github.com/argoproj/test" || n.Version != 2 {
+			t.Fatalf("%q: %v %+v", raw, err, n)
 		}
-		if in, _ := resp["input"].(string); strings.Contains(in, "tok") || strings.Contains(in, "user") {
-			t.Fatalf("%q: credentials echoed in input: %q", raw, in)
+		if strings.Contains(n.Input, "tok") || strings.Contains(n.Input, "user") {
+			t.Fatalf("%q: credentials echoed in input: %q", raw, n.Input)
 		}
 	}
 	// The admin token is a valid token too.
-	if status, _ := s.do(t, http.MethodGet, "/v1/normalize?url=github.com/o/r", s.AdminToken, nil); status != 200 {
-		t.Fatalf("admin token: %d", status)
+	if _, err := s.admin(t).Normalize(ctx, "github.com/o/r"); err != nil {
+		t.Fatalf("admin token: %v", err)
 	}
-	if status, resp := s.do(t, http.MethodGet, "/v1/normalize?url=github.com/o/r", "", nil); status != 401 || errorCode(resp) != "unauthenticated" {
-		t.Fatalf("no token: %d %v", status, resp)
-	}
+	_, err := s.client(t, "").Normalize(ctx, "github.com/o/r")
+	wantAPIError(t, "no token", err, 401, client.CodeUnauthenticated, "")
 	bad := map[string]string{
 		"":                              "URL is empty",
 		"file:///tmp/r":                 "file://",
@@ -51,14 +53,13 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 		"ssh://git@h/~alice/r":                "'~user' paths",
 	}
 	for raw, reason := range bad {
-		status, resp := s.do(t, http.MethodGet, "/v1/normalize?url="+url.QueryEscape(raw), token, nil)
-		if status != 400 || errorCode(resp) != "invalid_argument" || !strings.Contains(errorMessage(resp), reason) {
-			t.Fatalf("%q: %d %v, want 400 mentioning %q", raw, status, resp, reason)
-		}
-		if strings.Contains(errorMessage(resp), "s3cret") {
+		_, err := tenant.Normalize(ctx, raw)
+		ce := wantAPIError(t, raw, err, 400, client.CodeInvalidArgument, reason)
+		if strings.Contains(ce.Message, "s3cret") {
 			t.Fatalf("%q: error message leaks the password", raw)
 		}
 	}
+	// Without the parameter at all (the client always sends it): raw HTTP.
 	if status, resp := s.do(t, http.MethodGet, "/v1/normalize", token, nil); status != 400 || errorCode(resp) != "invalid_argument" {
 		t.Fatalf("missing url: %d %v", status, resp)
 	}
@@ -74,9 +75,9 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 		"git@ssh.dev.azure.com:v3/org/My%20Project/repo": "dev.azure.com/org/my%20project/_git/repo",
 		"h.example+8443/o/r":                             "h.example+8443/o/r",
 	} {
-		status, resp := s.do(t, http.MethodGet, "/v1/normalize?url="+url.QueryEscape(raw), token, nil)
-		if status != 200 || resp["normalized"] != want {
-			t.Fatalf("%q: %d %v, want %q", raw, status, resp, want)
+		n, err := tenant.Normalize(ctx, raw)
+		if err != nil || n.Normalized != want {
+			t.Fatalf("%q: %v %+v, want %q", raw, err, n, want)
 		}
 	}
 

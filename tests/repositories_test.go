@@ -4,10 +4,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"testing"
 
 	_ "github.com/lib/pq"
+
+	"github.com/repolock/repolock/client"
 )
 
 // TestRepositoriesEndToEnd drives the repository routes of the real binary:
@@ -17,47 +18,49 @@ import (
 func TestRepositoriesEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	alice := s.createTenant(t, "alice")
-	bob := s.createTenant(t, "bob")
-
-	must := func(want int, method, path, token string, body any) map[string]any {
+	ctx := t.Context()
+	alice := s.tenant(t, "alice")
+	bob := s.tenant(t, "bob")
+	must := func(what string, err error) {
 		t.Helper()
-		st, resp := s.do(t, method, path, token, body)
-		if st != want {
-			t.Fatalf("%s %s = %d %v, want %d", method, path, st, resp, want)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
-		return resp
 	}
 
-	r := must(http.StatusCreated, http.MethodPost, "/v1/repositories", alice,
-		map[string]any{"name": "warehouse", "storage_namespace": "s3://bucket/warehouse"})
-	oldUID := r["instance_uid"].(string)
-	if r["state"] != "active" || r["default_branch"] != "main" {
-		t.Fatalf("created %v", r)
+	r, err := alice.CreateRepository(ctx, client.CreateRepositoryRequest{Name: "warehouse", StorageNamespace: "s3://bucket/warehouse"})
+	must("create", err)
+	oldUID := r.InstanceUID
+	if r.State != "active" || r.DefaultBranch != "main" {
+		t.Fatalf("created %+v", r)
 	}
-	if st, resp := s.do(t, http.MethodGet, "/v1/repositories/warehouse", bob, nil); st != http.StatusNotFound || errorCode(resp) != "not_found" {
-		t.Fatalf("bob GET = %d %v", st, resp)
+	if _, err := bob.GetRepository(ctx, "warehouse"); !client.IsNotFound(err) {
+		t.Fatalf("bob GET = %v", err)
 	}
-	must(http.StatusCreated, http.MethodPost, "/v1/repositories/warehouse/branches", alice, map[string]any{"name": "etl/daily", "source": "main"})
-	c := must(http.StatusCreated, http.MethodPost, "/v1/repositories/warehouse/branches/etl%2Fdaily/commits", alice, map[string]any{"message": "load"})
-	must(http.StatusCreated, http.MethodPost, "/v1/repositories/warehouse/tags", alice, map[string]any{"name": "v1", "commit_id": c["id"]})
-	log := must(http.StatusOK, http.MethodGet, "/v1/repositories/warehouse/branches/etl%2Fdaily/log", alice, nil)
-	if n := len(log["items"].([]any)); n != 2 {
+	_, err = alice.CreateBranch(ctx, "warehouse", "etl/daily", "main")
+	must("branch", err)
+	c, err := alice.Commit(ctx, "warehouse", "etl/daily", client.CommitRequest{Message: "load"})
+	must("commit", err)
+	_, err = alice.CreateTag(ctx, "warehouse", "v1", c.ID)
+	must("tag", err)
+	log, err := alice.LogPage(ctx, "warehouse", "etl/daily", client.ListOptions{})
+	must("log", err)
+	if n := len(log.Items); n != 2 {
 		t.Fatalf("log has %d commits, want 2", n)
 	}
 
-	must(http.StatusNoContent, http.MethodDelete, "/v1/repositories/warehouse", alice, nil)
-	if st, resp := s.do(t, http.MethodGet, "/v1/repositories/warehouse", alice, nil); st != http.StatusNotFound || errorCode(resp) != "not_found" {
-		t.Fatalf("GET after delete = %d %v", st, resp)
+	must("delete", alice.DeleteRepository(ctx, "warehouse"))
+	if _, err := alice.GetRepository(ctx, "warehouse"); !client.IsNotFound(err) {
+		t.Fatalf("GET after delete = %v", err)
 	}
-	r2 := must(http.StatusCreated, http.MethodPost, "/v1/repositories", alice,
-		map[string]any{"name": "warehouse", "storage_namespace": "s3://bucket/warehouse2"})
-	newUID := r2["instance_uid"].(string)
+	r2, err := alice.CreateRepository(ctx, client.CreateRepositoryRequest{Name: "warehouse", StorageNamespace: "s3://bucket/warehouse2"})
+	must("create again", err)
+	newUID := r2.InstanceUID
 	if newUID == oldUID {
 		t.Fatal("instance uid reused")
 	}
-	if st, _ := s.do(t, http.MethodGet, "/v1/repositories/warehouse/branches/etl%2Fdaily", alice, nil); st != http.StatusNotFound {
-		t.Fatalf("old branch visible in the new instance: %d", st)
+	if _, err := alice.GetBranch(ctx, "warehouse", "etl/daily"); !client.IsNotFound(err) {
+		t.Fatalf("old branch visible in the new instance: %v", err)
 	}
 
 	db, err := sql.Open("postgres", s.DatabaseURL)
@@ -101,5 +104,6 @@ func TestRepositoriesEndToEnd(t *testing.T) {
 	if n := rows(newUID); n != 2 {
 		t.Fatalf("new instance rows = %d, want 2", n)
 	}
-	must(http.StatusOK, http.MethodGet, "/v1/repositories/warehouse/branches/main", alice, nil)
+	_, err = alice.GetBranch(ctx, "warehouse", "main")
+	must("main branch of the new instance", err)
 }

@@ -2,9 +2,10 @@ package tests
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
+
+	"github.com/repolock/repolock/client"
 )
 
 // syncTID is a TID rev i seconds after 2025-01-01 (base32-sortable, as
@@ -26,21 +27,22 @@ func syncTID(i int) string {
 func TestSyncLifecycle(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	tok := s.createTenant(t, "sync-e2e")
+	ctx := t.Context()
+	c := s.tenant(t, "sync-e2e")
 	const host = "pds.e2e.example"
-	call := func(want int, method, path string, body any) map[string]any {
+	must := func(what string, err error) {
 		t.Helper()
-		status, resp := s.do(t, method, path, tok, body)
-		if status != want {
-			t.Fatalf("%s %s: %d, want %d: %v", method, path, status, want, resp)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
-		return resp
 	}
 	repo := func(name string) string {
-		r := call(http.StatusOK, http.MethodGet, "/v1/sync/repos/"+name, nil)
+		t.Helper()
+		r, err := c.GetSyncRepository(ctx, name)
+		must("GET "+name, err)
 		return fmt.Sprintf("lir=%v frsr=%v fcsr=%v lfr=%v host_fcsr=%v needs=%v reason=%v",
-			r["last_indexed_rev"], r["first_rev_since_reset"], r["first_cursor_since_reset"], r["last_firehose_rev"],
-			r["host_first_cursor_since_reset"], r["needs_index"], r["reason"])
+			r.LastIndexedRev, r.FirstRevSinceReset, r.FirstCursorSinceReset, r.LastFirehoseRev,
+			r.HostFirstCursorSinceReset, r.NeedsIndex, r.Reason)
 	}
 	expect := func(name, want string) {
 		t.Helper()
@@ -48,57 +50,69 @@ func TestSyncLifecycle(t *testing.T) {
 			t.Fatalf("%s:\n got  %s\n want %s", name, got, want)
 		}
 	}
+	needsIndex := func() int {
+		t.Helper()
+		page, err := c.ListSyncRepositoriesPage(ctx, client.SyncRepositoryListOptions{Host: host, NeedsIndex: true})
+		must("needs index", err)
+		return len(page.Items)
+	}
 
-	call(http.StatusCreated, http.MethodPut, "/v1/sync/hosts/"+host, nil)
-	h := call(http.StatusOK, http.MethodGet, "/v1/sync/hosts/"+host, nil)
-	before := h["first_cursor_since_reset"]
-	call(http.StatusOK, http.MethodPost, "/v1/sync/hosts/"+host+"/listing", map[string]any{
-		"cursor_before": before,
-		"repos":         []map[string]any{{"repo": "did:plc:idle", "rev": syncTID(1)}, {"repo": "did:plc:busy", "rev": syncTID(1)}},
+	if _, created, err := c.PutSyncHost(ctx, host, nil); err != nil || !created {
+		t.Fatalf("PUT host: created %v, %v", created, err)
+	}
+	h, err := c.GetSyncHost(ctx, host)
+	must("GET host", err)
+	before := h.FirstCursorSinceReset
+	_, err = c.RecordSyncListing(ctx, host, client.SyncListingRequest{
+		CursorBefore: before,
+		Repos:        []client.ListedRepo{{Repo: "did:plc:idle", Rev: syncTID(1)}, {Repo: "did:plc:busy", Rev: syncTID(1)}},
 	})
+	must("listing", err)
 	expect("did:plc:idle", fmt.Sprintf("lir= frsr=%s fcsr=0 lfr= host_fcsr=0 needs=true reason=never_indexed", syncTID(1)))
 	for _, r := range []string{"did:plc:idle", "did:plc:busy"} {
-		call(http.StatusOK, http.MethodPost, "/v1/sync/repos/"+r+"/indexed", map[string]any{"host": host, "rev": syncTID(1), "cursor_before": before})
+		_, err := c.RecordSyncIndexed(ctx, r, client.SyncIndexedRequest{Host: host, Rev: syncTID(1), CursorBefore: before})
+		must("indexed "+r, err)
 	}
-	ev := call(http.StatusOK, http.MethodPost, "/v1/sync/hosts/"+host+"/events", map[string]any{"events": []map[string]any{
-		{"cursor": 1, "repo": "did:plc:busy", "rev": syncTID(2)},
-		{"cursor": 2, "repo": "did:plc:busy", "rev": syncTID(3)},
-	}})
-	if ev["applied"] != 2.0 {
-		t.Fatalf("events %v", ev)
+	ev, err := c.ApplySyncEvents(ctx, host, []client.SyncEvent{
+		{Cursor: 1, Repo: "did:plc:busy", Rev: syncTID(2)},
+		{Cursor: 2, Repo: "did:plc:busy", Rev: syncTID(3)},
+	})
+	if err != nil || ev.Applied != 2 {
+		t.Fatalf("events %v %+v", err, ev)
 	}
 	expect("did:plc:busy", fmt.Sprintf("lir=%s frsr=%s fcsr=0 lfr=%s host_fcsr=0 needs=false reason=", syncTID(1), syncTID(1), syncTID(3)))
-	page := call(http.StatusOK, http.MethodGet, "/v1/sync/repos?needs_index=true&host="+host, nil)
-	if items := page["items"].([]any); len(items) != 0 {
-		t.Fatalf("needs index in steady state: %v", items)
+	if n := needsIndex(); n != 0 {
+		t.Fatalf("%d repositories need an index in steady state", n)
 	}
 
 	// The host says our cursor is too old; the first event after that is 100.
-	call(http.StatusOK, http.MethodPost, "/v1/sync/hosts/"+host+"/connect", map[string]any{"outdated_cursor": true, "first_cursor": 100})
+	first := int64(100)
+	_, err = c.ConnectSyncHost(ctx, host, client.ConnectRequest{OutdatedCursor: true, FirstCursor: &first})
+	must("connect", err)
 	expect("did:plc:idle", fmt.Sprintf("lir=%s frsr=%s fcsr=0 lfr= host_fcsr=100 needs=true reason=cursor_reset", syncTID(1), syncTID(1)))
-	page = call(http.StatusOK, http.MethodGet, "/v1/sync/repos?needs_index=true&host="+host, nil)
-	if items := page["items"].([]any); len(items) != 2 {
-		t.Fatalf("needs index after the reset: %v", items)
+	if n := needsIndex(); n != 2 {
+		t.Fatalf("%d repositories need an index after the reset, want 2", n)
 	}
 	// Re-index: nothing new, but the flag clears.
-	call(http.StatusOK, http.MethodPost, "/v1/sync/repos/did:plc:idle/indexed", map[string]any{"host": host, "rev": syncTID(1), "cursor_before": 100})
+	_, err = c.RecordSyncIndexed(ctx, "did:plc:idle", client.SyncIndexedRequest{Host: host, Rev: syncTID(1), CursorBefore: 100})
+	must("re-index", err)
 	expect("did:plc:idle", fmt.Sprintf("lir=%s frsr=%s fcsr=100 lfr= host_fcsr=100 needs=false reason=", syncTID(1), syncTID(1)))
 
 	// too_big keeps last_firehose_rev where it was.
-	call(http.StatusOK, http.MethodPost, "/v1/sync/repos/did:plc:busy/indexed", map[string]any{"host": host, "rev": syncTID(3), "cursor_before": 100})
-	call(http.StatusOK, http.MethodPost, "/v1/sync/hosts/"+host+"/events", map[string]any{"events": []map[string]any{
-		{"cursor": 100, "repo": "did:plc:busy", "rev": syncTID(4)},
-		{"cursor": 101, "repo": "did:plc:busy", "rev": syncTID(5), "too_big": true},
-	}})
+	_, err = c.RecordSyncIndexed(ctx, "did:plc:busy", client.SyncIndexedRequest{Host: host, Rev: syncTID(3), CursorBefore: 100})
+	must("indexed busy", err)
+	_, err = c.ApplySyncEvents(ctx, host, []client.SyncEvent{
+		{Cursor: 100, Repo: "did:plc:busy", Rev: syncTID(4)},
+		{Cursor: 101, Repo: "did:plc:busy", Rev: syncTID(5), TooBig: true},
+	})
+	must("events with too_big", err)
 	expect("did:plc:busy", fmt.Sprintf("lir=%s frsr=%s fcsr=100 lfr=%s host_fcsr=100 needs=true reason=revision_gap", syncTID(3), syncTID(5), syncTID(4)))
 
 	// A rev dated a day ahead is refused.
-	future := call(http.StatusBadRequest, http.MethodPost, "/v1/sync/hosts/"+host+"/events", map[string]any{"events": []map[string]any{
-		{"cursor": 102, "repo": "did:plc:busy", "rev": syncTIDAt(time.Now().Add(24 * time.Hour))},
-	}})
-	if future["error"].(map[string]any)["code"] != "invalid_argument" {
-		t.Fatalf("future rev: %v", future)
-	}
+	_, err = c.ApplySyncEvents(ctx, host, []client.SyncEvent{
+		{Cursor: 102, Repo: "did:plc:busy", Rev: syncTIDAt(time.Now().Add(24 * time.Hour))},
+	})
+	wantAPIError(t, "future rev", err, 400, client.CodeInvalidArgument, "")
 }
 
 func syncTIDAt(at time.Time) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
@@ -39,7 +40,14 @@ type apiEnv struct {
 	registry *prometheus.Registry
 
 	addRoutes []func(*httpapi.Server)
+	// contract validates every exchange of send against api/openapi.yaml
+	// (test-only routes, under testRoutesPrefix, only for the error shape).
+	contract *contracttest.Validator
 }
+
+// testRoutesPrefix is where withRoutes' routes live: the document does not
+// have them, so the validator checks only their error bodies.
+const testRoutesPrefix = "/v1/admin/test/"
 
 // envOption adjusts the server's Config (and the env) before httpapi.New.
 type envOption func(*apiEnv, *httpapi.Config)
@@ -50,6 +58,7 @@ func withRequestTimeout(d time.Duration) envOption {
 }
 
 // withRoutes adds test-only routes to the built server before it serves.
+// They must live under testRoutesPrefix.
 func withRoutes(add func(*httpapi.Server)) envOption {
 	return func(e *apiEnv, _ *httpapi.Config) { e.addRoutes = append(e.addRoutes, add) }
 }
@@ -67,7 +76,7 @@ func newAPIEnv(t *testing.T, opts ...envOption) *apiEnv {
 	// dbtest pools are already capped (dbtest.PoolSize): max_connections is
 	// shared by every test process, so do not raise them here.
 	db := dbtest.New(t)
-	e := &apiEnv{t: t, db: db}
+	e := &apiEnv{t: t, db: db, contract: contracttest.New(t).WithUndocumented(testRoutesPrefix)}
 	cfg := httpapi.Config{
 		DB:         db,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -147,7 +156,10 @@ func (e *apiEnv) send(method, path, token string, hdr http.Header, body []byte) 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := e.ts.Client().Do(req)
+	// Every exchange is validated against the document; a violation fails
+	// the (sub)test that sent it.
+	hc := &http.Client{Transport: e.contract.Transport(e.t, e.ts.Client().Transport)}
+	res, err := hc.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
