@@ -158,7 +158,10 @@ func (c *Cache) run() {
 		select {
 		case <-c.done:
 			return
-		case n := <-c.listener.Notify:
+		case n, ok := <-c.listener.Notify:
+			if !ok { // the listener was closed
+				return
+			}
 			if n == nil { // after a reconnection: anything may have been missed
 				c.Flush()
 				continue
