@@ -51,7 +51,9 @@ func (db *DB) Transact(ctx context.Context, opts TxOptions, fn func(tx Tx) error
 	connRetried := false
 	for attempt := 1; ; attempt++ {
 		err = db.transactOnce(ctx, opts, fn)
-		if err != nil && IsConnectionError(err) {
+		// (A serialization failure whose rollback then failed, e.g.
+		// because ctx was cancelled, stays a serialization failure.)
+		if err != nil && !IsRetryable(err) && IsConnectionError(err) {
 			db.DiscardIdle()
 			if !connRetried && !errors.Is(err, ErrCommitOutcomeUnknown) && ctx.Err() == nil {
 				connRetried = true

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/httpapi"
@@ -48,7 +49,7 @@ func newOutageEnv(t *testing.T, adjust func(*httpapi.Config)) *outageEnv {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return &outageEnv{apiEnv: &apiEnv{t: t, ts: ts, db: db}, proxy: p, token: token}
+	return &outageEnv{apiEnv: &apiEnv{t: t, ts: ts, db: db, contract: contracttest.New(t)}, proxy: p, token: token}
 }
 
 // want503 checks the one shape of an outage: 503, code unavailable,
