@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -35,6 +36,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	common.register(fs, e)
 	var gcLoop gcLoopFlags
 	gcLoop.register(fs, e)
+	var pool poolFlags
+	pool.register(fs, e)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -42,17 +45,26 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := noArgs(fs, pos); err != nil {
 		return err
 	}
-	logger, db, err := common.connect(ctx, e)
+	logger, err := common.logger(e)
+	if err != nil {
+		return err
+	}
+	dbURL, err := common.url()
+	if err != nil {
+		return err
+	}
+	poolCfg, err := pool.config()
+	if err != nil {
+		return err
+	}
+	// The pool does not connect here: serve listens at once, even while
+	// the database is unreachable, and gets ready when it answers.
+	db, err := database.New(dbURL, poolCfg)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 
-	if *migrateOnStart {
-		if err := database.MigrateUp(ctx, db, logger); err != nil {
-			return err
-		}
-	}
 	if *adminToken == "" {
 		*adminToken = e.getenv("ADMIN_TOKEN")
 	}
@@ -63,7 +75,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	// Everything the server serves is built here, once, and handed over:
 	// the metrics registry, the one GC Collector (the scheduled loop below
-	// and POST /v1/admin/gc share it) and the stateful services.
+	// and POST /v1/admin/gc share it), the token cache and the stateful
+	// services.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ret, err := gcLoop.run.retention()
@@ -84,6 +97,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	tokens := pool.cache(dbURL, logger)
+	defer tokens.Close()
+	ready := &readiness{}
+	ready.set(errors.New("the database has not answered yet"))
 	sync := syncstate.New(db, syncstate.Options{Logger: logger})
 	srv, err := httpapi.New(httpapi.Config{
 		Normalizers:    aliases,
@@ -97,6 +114,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:           sync,
 		GC:             collector,
+		Tokens:         tokens,
+		Ready:          ready.get,
 	})
 	if err != nil {
 		return err
@@ -117,7 +136,29 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	logger.Info("listening", "addr", ln.Addr().String())
-	if err := srv.Serve(ctx, ln, *shutdownTimeout); err != nil {
+	// Startup runs beside the server: /healthz answers at once, /readyz
+	// and the API answer 503 until the database answered and the
+	// migrations ran. A fatal startup error stops the server.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		startErr error
+		started  = make(chan struct{})
+	)
+	go func() {
+		defer close(started)
+		if err := startup(sctx, db, logger, *migrateOnStart, tokens, ready); err != nil && sctx.Err() == nil {
+			startErr = err
+			cancel(err)
+		}
+	}()
+	err = srv.Serve(sctx, ln, *shutdownTimeout)
+	cancel(nil)
+	<-started
+	if startErr != nil {
+		return startErr
+	}
+	if err != nil {
 		return err
 	}
 	logger.Info("stopped")

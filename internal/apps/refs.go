@@ -159,7 +159,9 @@ func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 		return r, nil
 	}
 	if !database.IsNoRows(err) {
-		return zero, mapWriteError(err, k.what, name)
+		// One autocommit statement: a lost connection leaves its
+		// outcome unknown.
+		return zero, mapWriteError(database.UnknownOutcome(err), k.what, name)
 	}
 	var claimedBy string
 	err = db.WithTx(ctx, func(tx database.Tx) error {

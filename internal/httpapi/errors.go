@@ -3,13 +3,19 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
 )
+
+// RetryAfterSeconds is the Retry-After of every 503: short, since a
+// replica reconnects within a second of the database's return.
+const RetryAfterSeconds = "1"
 
 // statusByCode is the single mapping from domain error codes to HTTP status.
 var statusByCode = map[repolock.Code]int{
@@ -126,6 +132,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.Is(err, context.DeadlineExceeded):
 		code, status, message = repolock.ETimeout, http.StatusGatewayTimeout, "the request timed out"
 	default:
+		if repolock.ErrorCode(err) == repolock.EInternal && database.IsConnectionError(err) &&
+			!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			// A database error a domain package forgot to map: an
+			// outage is never a 500. (EOF is left out: it may come
+			// from a request body; the driver reports a lost
+			// connection as driver.ErrBadConn or a network error.)
+			err = database.MapError(err)
+		}
 		code = repolock.ErrorCode(err)
 		status = StatusFor(code)
 		message = repolock.ErrorMessage(err)
@@ -133,6 +147,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 		if code == repolock.EInternal {
 			message = "internal error"
 			details = nil
+		}
+	}
+	if status == http.StatusServiceUnavailable {
+		// Every 503 says when to come back (docs/operations.md).
+		c.Response().Header().Set("Retry-After", RetryAfterSeconds)
+		if database.IsConnectionError(err) {
+			// The pooled connections are most likely broken too:
+			// discard them rather than hand them out one by one.
+			s.DB.DiscardIdle()
 		}
 	}
 	if status >= 500 {

@@ -17,6 +17,7 @@ import (
 func (s *Server) routes() {
 	e := s.Echo
 	e.Use(s.middlewares()...)
+	e.Use(s.requireReady)
 
 	e.GET("/healthz", s.healthz)
 	e.HEAD("/healthz", bodyless(s.healthz))
@@ -66,11 +67,34 @@ func (s *Server) version(c echo.Context) error {
 }
 
 func (s *Server) readyz(c echo.Context) error {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			return repolock.Errorf(repolock.EUnavailable, "not ready: %s", err.Error())
+		}
+	}
 	if err := s.DB.Ping(c.Request().Context(), 2*time.Second); err != nil {
 		s.Logger.Warn("readiness check failed", "error", err.Error())
 		return repolock.Errorf(repolock.EUnavailable, "database is not reachable")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// requireReady answers 503 on every route but the probes, the metrics and
+// the API document until Config.Ready says the process is ready.
+func (s *Server) requireReady(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.cfg.Ready == nil {
+			return next(c)
+		}
+		switch c.Request().URL.Path {
+		case "/healthz", "/readyz", "/metrics", "/openapi.yaml", "/openapi.json":
+			return next(c)
+		}
+		if err := s.cfg.Ready(); err != nil {
+			return repolock.Errorf(repolock.EUnavailable, "the service is starting: %s; try again", err.Error())
+		}
+		return next(c)
+	}
 }
 
 func (s *Server) me(c echo.Context) error {
@@ -124,6 +148,9 @@ func (s *Server) revokeTokens(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// At once in this process; the other processes hear of it through
+	// the notification of the revoking transaction.
+	s.cfg.Tokens.Flush()
 	return c.JSON(http.StatusOK, map[string]int64{"revoked": n})
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // Config configures a Server. The caller (cmd/api) builds every service the
@@ -50,6 +51,16 @@ type Config struct {
 	Repositories *repostate.Service
 	// Sync serves /v1/sync (internal/syncstate). Required.
 	Sync *syncstate.Store
+	// Tokens caches token -> tenant (internal/tenants.Cache). Nil: every
+	// request asks the database.
+	Tokens *tenants.Cache
+	// Ready reports whether the process is ready to serve API routes: nil
+	// when it is, else why not (for example: the database has not
+	// answered yet, migrations are pending). Until it returns nil every
+	// route but /healthz, /readyz, /metrics and /openapi.* answers 503
+	// unavailable with Retry-After, and /readyz answers 503. Nil means
+	// always ready.
+	Ready func() error
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
