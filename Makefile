@@ -5,6 +5,10 @@ SHELL := /bin/bash
 GO        ?= go
 BIN       := bin/api
 PG_ENSURE := scripts/pg-ensure.sh
+# Tests create and drop databases: they find their server through
+# TEST_DATABASE_URL (or the local one pg-ensure finds or starts), never
+# through DATABASE_URL, which names the server the service works on.
+PG_TEST   := DATABASE_URL="$${TEST_DATABASE_URL:-}" scripts/pg-ensure.sh
 FUZZTIME  ?= 60s
 ORACLE_RANDOM ?= 5000
 BENCHTIME ?= 1x
@@ -29,8 +33,15 @@ build: ## build bin/api
 	$(GO) build -o $(BIN) ./cmd/api
 
 .PHONY: run
-run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
-	@set -e; url=$$($(PG_ENSURE) --database repolock); \
+run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080 (LISTEN_ADDR= for another)
+	@set -e; \
+	if ! scripts/port-free.sh "$(LISTEN_ADDR)"; then \
+		port=$${LISTEN_ADDR##*:}; \
+		echo "make run: $(LISTEN_ADDR) is busy (port $$port is in use by another process)." >&2; \
+		echo "Pick another port:  LISTEN_ADDR=127.0.0.1:PORT make run   (for example LISTEN_ADDR=127.0.0.1:8081 make run)" >&2; \
+		exit 1; \
+	fi; \
+	url=$$($(PG_ENSURE) --database repolock); \
 	mkdir -p .data; \
 	if [ -z "$$ADMIN_TOKEN" ]; then \
 		[ -s .data/admin-token ] || (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/rla_/' > .data/admin-token); \
@@ -45,9 +56,9 @@ run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
 .PHONY: test
 test: ## start Postgres (and install git) if needed, go vet, go test -race on every package, then test-deploy
 	@scripts/git-ensure.sh
-	@set -e; url=$$($(PG_ENSURE)); \
+	@set -e; url=$$($(PG_TEST)); \
 	$(GO) vet ./...; \
-	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" $(GO) test -race -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory test-deploy
 
 .PHONY: test-ui
@@ -66,8 +77,8 @@ test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_b
 
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
-	@set -e; url=$$($(PG_ENSURE)); \
-	TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
+	@set -e; url=$$($(PG_TEST)); \
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -timeout 60m ./...
 
 .PHONY: bench-http
 bench-http: build ## the binary at its defaults against its own database: pgbench + wrk, 32 connections, 15 s per phase (BENCH_DURATION=3s, BENCH_BASE_REF=<ref>)
@@ -80,8 +91,10 @@ bench-scale: ## capacity at 10M locks vs 100k (SCALE_LOCKS, SCALE_SMALL, SCALE_T
 	TEST_DATABASE_URL="$$url" $(GO) test -tags scale -run '^$$' -bench 'Scale' -benchtime 1x -timeout 180m ./tests/
 
 .PHONY: fuzz
-fuzz: ## fuzz the URL normalizer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
+fuzz: ## fuzz the URL normalizer and the HTTP layer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings
 	@scripts/git-ensure.sh
+	@set -e; url=$$($(PG_TEST)); \
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" $(GO) test -run '^$$' -fuzz '^FuzzHTTP$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzRepoURL$$' -fuzztime $(FUZZTIME) ./internal/normalize
 	$(GO) test -run '^$$' -fuzz '^FuzzEquivalentSpellings$$' -fuzztime $(FUZZTIME) ./internal/normalize
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizerAliases$$' -fuzztime $(FUZZTIME) ./internal/normalize
@@ -111,7 +124,7 @@ image: ## build the container image localhost/repolock:VERSION with buildah, no 
 
 .PHONY: test-image
 test-image: ## build the image, inspect it and, where podman can run it, start it against Postgres (scripts/test-image.sh)
-	@set -e; url=$$($(PG_ENSURE)); TEST_DATABASE_URL="$$url" scripts/test-image.sh
+	@set -e; url=$$($(PG_TEST)); TEST_DATABASE_URL="$$url" scripts/test-image.sh
 
 .PHONY: pg
 pg: ## make sure a Postgres is reachable and print its URL

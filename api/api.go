@@ -23,7 +23,6 @@ func YAML() []byte { return append([]byte(nil), yamlDoc...) }
 
 var (
 	loadOnce sync.Once
-	loaded   *openapi3.T
 	jsonDoc  []byte
 	loadErr  error
 )
@@ -40,7 +39,7 @@ func load() {
 		loadErr = fmt.Errorf("api: encode openapi.yaml as JSON: %w", err)
 		return
 	}
-	loaded, jsonDoc = doc, b
+	jsonDoc = b
 }
 
 // JSON returns the document encoded as JSON.

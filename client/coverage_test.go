@@ -14,7 +14,7 @@ import (
 // listLocks → ListLocksPage and ListLocks.)
 var operationMethods = map[string][]string{
 	"getHealthz": {"Healthz"}, "headHealthz": {"Healthz"}, "getReadyz": {"Readyz"}, "headReadyz": {"Readyz"},
-	"getMetrics": {"Metrics"}, "getOpenAPIYAML": {"OpenAPIYAML"}, "getOpenAPIJSON": {"OpenAPIJSON"},
+	"getVersion": {"Version"}, "getMetrics": {"Metrics"}, "getOpenAPIYAML": {"OpenAPIYAML"}, "getOpenAPIJSON": {"OpenAPIJSON"},
 	"getMe": {"Me"}, "normalizeURL": {"Normalize"},
 	"createApplication": {"CreateApplication"}, "listApplications": {"ListApplicationsPage", "ListApplications"},
 	"getApplication": {"GetApplication"}, "updateApplication": {"UpdateApplication"}, "deleteApplication": {"DeleteApplication"},
@@ -34,6 +34,7 @@ var operationMethods = map[string][]string{
 	"createUser":        {"CreateUser"}, "listUsers": {"ListUsersPage", "ListUsers"}, "deleteUser": {"DeleteUser"}, "issueToken": {"IssueToken"},
 	"revokeTokens": {"RevokeTokens"}, "runGC": {"RunGC"}, "listGCRuns": {"ListGCRunsPage", "ListGCRuns"}, "getGCRun": {"GetGCRun"},
 	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"},
+	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias"}, "deleteAlias": {"DeleteAlias"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client

@@ -50,6 +50,14 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("repolock: %d %s: %s", e.StatusCode, e.Code, e.Message)
 }
 
+// OutcomeUnknown reports a 503 whose change may have been applied: the
+// server lost its database connection while committing it. Re-read before
+// retrying a create.
+func (e *Error) OutcomeUnknown() bool {
+	s, _ := e.Details["outcome"].(string)
+	return s == "unknown"
+}
+
 // Owner is the tenant named by a repository_claimed error ("" otherwise).
 func (e *Error) Owner() string {
 	s, _ := e.Details["owner"].(string)
@@ -164,6 +172,13 @@ func IsPreconditionFailed(err error) bool { return IsCode(err, CodePreconditionF
 
 // IsDeleting: the repository is being deleted (410).
 func IsDeleting(err error) bool { return IsCode(err, CodeRepositoryDeleting) }
+
+// IsOutcomeUnknown: a 503 after which the change may or may not have been
+// applied (the connection to the database was lost during its commit).
+func IsOutcomeUnknown(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.OutcomeUnknown()
+}
 
 // IsUnavailable: the server or its database is unavailable (503), or asks
 // to slow down (429); both are worth retrying later.

@@ -72,6 +72,13 @@ func (c *Client) Readyz(ctx context.Context) error {
 	return c.do(ctx, call{method: http.MethodGet, path: "/readyz"})
 }
 
+// Version returns the server's build information (GET /version).
+func (c *Client) Version(ctx context.Context) (VersionInfo, error) {
+	var v VersionInfo
+	err := c.do(ctx, call{method: http.MethodGet, path: "/version", out: &v})
+	return v, err
+}
+
 // Metrics returns the Prometheus text exposition (GET /metrics).
 func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 	var b []byte
@@ -475,4 +482,36 @@ func (c *Client) GetReportCSV(ctx context.Context, name string, opts ReportOptio
 	var b []byte
 	err := c.do(ctx, call{method: http.MethodGet, path: p("/v1/admin/reports/%s", name), query: q, raw: &b})
 	return b, err
+}
+
+// RunRekey re-keys locks made under older normalization rules. It is never
+// retried.
+func (c *Client) RunRekey(ctx context.Context, opts RekeyOptions) (RekeyReport, error) {
+	q := url.Values{}
+	if opts.DryRun {
+		q.Set("dry_run", "true")
+	}
+	if opts.BatchSize > 0 {
+		q.Set("batch_size", strconv.Itoa(opts.BatchSize))
+	}
+	var rep RekeyReport
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/admin/rekey", query: q, out: &rep})
+	return rep, err
+}
+
+// ListAliases returns the configured normalizer aliases.
+func (c *Client) ListAliases(ctx context.Context) ([]Alias, error) {
+	v, err := get[Page[Alias]](ctx, c, "/v1/admin/aliases", nil)
+	return v.Items, err
+}
+
+// CreateAlias adds a normalizer alias. Keys change: run RunRekey afterwards.
+func (c *Client) CreateAlias(ctx context.Context, req CreateAliasRequest) (Alias, error) {
+	return send[Alias](ctx, c, http.MethodPost, "/v1/admin/aliases", req)
+}
+
+// DeleteAlias removes a normalizer alias. Keys change: run RunRekey
+// afterwards.
+func (c *Client) DeleteAlias(ctx context.Context, id string) error {
+	return c.del(ctx, p("/v1/admin/aliases/%s", id))
 }

@@ -151,3 +151,27 @@ func runGC(ctx context.Context, c *client.Client) error {
 	_, err := c.RunGC(ctx, client.GCOptions{})
 	return err
 }
+
+// TestOutcomeUnknown: a 503 whose commit outcome is unknown is reported as
+// such and, being a POST, never retried.
+func TestOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	var attempts atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":{"code":"unavailable","message":"the database connection was lost while committing: the outcome is unknown; re-read before retrying","outcome":"unknown"}}`))
+	}))
+	t.Cleanup(ts.Close)
+	c := client.New(ts.URL, client.WithRetryPolicy(fast))
+	err := createApp(t.Context(), c)
+	var ce *client.Error
+	if !client.IsOutcomeUnknown(err) || !client.IsUnavailable(err) || !errors.As(err, &ce) || ce.RetryAfter != time.Second || attempts.Load() != 1 {
+		t.Fatalf("err = %v (attempts %d), want one 503 with an unknown outcome", err, attempts.Load())
+	}
+	if client.IsOutcomeUnknown(&client.Error{StatusCode: 503, Code: client.CodeUnavailable}) {
+		t.Fatal("a plain 503 reported an unknown outcome")
+	}
+}

@@ -348,3 +348,71 @@ type ReportRows struct {
 	Columns []string         `json:"columns"`
 	Items   []map[string]any `json:"items"`
 }
+
+// VersionInfo is the server's build information (GET /version).
+type VersionInfo struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision"`
+	Time      string `json:"time"`
+	Modified  bool   `json:"modified"`
+	GoVersion string `json:"go_version"`
+}
+
+// RekeyOptions are the parameters of RunRekey.
+type RekeyOptions struct {
+	DryRun bool
+	// BatchSize: stale locks read per query (0: the server's default).
+	BatchSize int
+}
+
+// RekeyProblem is a reference that keeps its lock on an old key: a
+// conflict with another tenant (Other* name it) or a URL the current rules
+// reject (Reason).
+type RekeyProblem struct {
+	Kind         string `json:"kind"`
+	LockID       string `json:"lock_id"`
+	OldKey       string `json:"old_key"`
+	UserID       string `json:"user_id"`
+	User         string `json:"user"`
+	RefKind      string `json:"ref_kind"`
+	RefID        string `json:"ref_id"`
+	RepoURL      string `json:"repo_url"`
+	NewKey       string `json:"new_key,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+	OtherLockID  string `json:"other_lock_id,omitempty"`
+	OtherKey     string `json:"other_key,omitempty"`
+	OtherUserID  string `json:"other_user_id,omitempty"`
+	OtherUser    string `json:"other_user,omitempty"`
+	OtherRepoURL string `json:"other_repo_url,omitempty"`
+}
+
+// RekeyReport is the outcome of a re-keying run.
+type RekeyReport struct {
+	DryRun            bool           `json:"dry_run"`
+	NormalizerVersion int            `json:"normalizer_version"`
+	NormalizerRules   string         `json:"normalizer_rules"`
+	StaleLocks        int            `json:"stale_locks"`
+	RekeyedLocks      int            `json:"rekeyed_locks"`
+	MovedReferences   int            `json:"moved_references"`
+	CreatedLocks      int            `json:"created_locks"`
+	ReleasedLocks     int            `json:"released_locks"`
+	UnreferencedLocks int            `json:"unreferenced_locks"`
+	Conflicts         []RekeyProblem `json:"conflicts"`
+	Rejected          []RekeyProblem `json:"rejected"`
+	Batches           int            `json:"batches"`
+}
+
+// Alias is a configured normalizer alias (endpoints in key syntax
+// host[+port][/prefix]).
+type Alias struct {
+	ID        string    `json:"id"`
+	From      string    `json:"from"`
+	To        string    `json:"to"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateAliasRequest is the body of CreateAlias.
+type CreateAliasRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}

@@ -120,11 +120,13 @@ start_side() {
 	server_pid[$side]=$!
 	base_url[$side]="http://$listen"
 	for i in $(seq 1 300); do
-		curl -fsS -o /dev/null "${base_url[$side]}/healthz" 2>/dev/null && break
+		# /readyz: serve listens before the database answered and its
+		# migrations ran (API routes answer 503 until then).
+		curl -fsS -o /dev/null "${base_url[$side]}/readyz" 2>/dev/null && break
 		kill -0 "${server_pid[$side]}" 2>/dev/null || { say "$side: the binary exited:"; tail -n 20 "$tmp/server-$side.log" >&2; return 1; }
 		sleep 0.1
 	done
-	curl -fsS -o /dev/null "${base_url[$side]}/healthz" || { say "$side: the binary did not answer /healthz within 30 s"; return 1; }
+	curl -fsS -o /dev/null "${base_url[$side]}/readyz" || { say "$side: the binary was not ready (/readyz) within 30 s"; return 1; }
 	local created="" path
 	# The admin route of tenants: /v1/admin/users today (tenants after the
 	# rename); the first that exists is used.

@@ -383,11 +383,14 @@ func TestUserCLI(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM api_tokens WHERE token_hash = sha256(convert_to($1, 'UTF8'))`, token).Scan(&hashed); err != nil || hashed != 1 {
 		t.Fatalf("token not stored as its SHA-256: %d %v", hashed, err)
 	}
-	// Deleting the tenant locks its token out.
+	// Deleting the tenant locks its token out: from another process (the
+	// CLI), within 1 s (the server's token cache hears of it through
+	// LISTEN/NOTIFY).
 	out, errOut, code = runCLI(t, s.DatabaseURL, "user", "delete", "carol")
 	if code != 0 || !strings.Contains(out, `"user":"carol"`) {
 		t.Fatalf("user delete: %d %q %q", code, out, errOut)
 	}
+	s.answersWithin(t, time.Second, "GET", "/v1/me", token, 401, 200)
 	_, err = carol.Me(t.Context())
 	wantAPIError(t, "deleted tenant's token", err, 401, client.CodeUnauthenticated, "")
 	if _, _, code := runCLI(t, s.DatabaseURL, "user", "delete", "carol"); code != 1 {

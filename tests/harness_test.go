@@ -69,6 +69,9 @@ type serverOptions struct {
 	DatabaseURL string
 	Env         []string
 	Args        []string
+	// NoWaitReady returns as soon as the server listens, without waiting
+	// for it to log "ready" (database reached, migrations applied).
+	NoWaitReady bool
 }
 
 // startServer starts `api serve` on a free port against a fresh, empty
@@ -137,6 +140,9 @@ func startServerWith(t testing.TB, opts serverOptions) *server {
 	select {
 	case addr := <-addrc:
 		s.URL = "http://" + addr
+		if !opts.NoWaitReady {
+			s.waitForLog(t, "ready", func(rec map[string]any) bool { return rec["msg"] == "ready" })
+		}
 	case <-s.exited:
 		t.Fatalf("api serve exited before listening: %v\n%s", s.err, s.logs.String())
 	case <-time.After(60 * time.Second):
@@ -376,7 +382,7 @@ func (b *syncBuffer) snapshot() (string, <-chan struct{}) {
 // waitForLog waits until the server writes a JSON log line for which match
 // is true, woken by each write (no polling). It fails the test if the
 // server exits first or nothing matches within a minute.
-func (s *server) waitForLog(t *testing.T, what string, match func(rec map[string]any) bool) {
+func (s *server) waitForLog(t testing.TB, what string, match func(rec map[string]any) bool) {
 	t.Helper()
 	deadline := time.After(time.Minute)
 	for {

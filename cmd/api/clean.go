@@ -41,7 +41,7 @@ func runClean(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	c, err := newCollector(db, logger, reg)
+	c, err := newCollector(db, logger, reg, gc.Retention{})
 	if err != nil {
 		return err
 	}

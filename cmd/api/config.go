@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/repolock/repolock/internal/database"
@@ -17,18 +19,43 @@ import (
 func newFlagSet(e *env, name, argsUsage, summary string) *flag.FlagSet {
 	fs := flag.NewFlagSet("api "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	flagSetEnv.Store(fs, e)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: api %s [flags] %s\n\n%s\n\nFlags (each defaults to the environment variable named in brackets):\n", name, argsUsage, summary)
+		fmt.Fprintf(fs.Output(), "Usage: api %s [flags] %s\n\n%s\n\nFlags (each defaults to the environment variable named in brackets):\n", name, argsUsage, summary)
 		fs.PrintDefaults()
 	}
 	return fs
 }
+
+// flagSetEnv is the env of each FlagSet newFlagSet made: parseFlags reports
+// the environment variables its env* defaults could not parse.
+var flagSetEnv sync.Map // *flag.FlagSet -> *env
 
 // parseFlags parses args, allowing flags before, between and after the
 // positional arguments (as in "migrate down --all"), and returns the
 // positional ones. A parse error becomes errUsage; everything after "--" is
 // positional.
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	if v, ok := flagSetEnv.LoadAndDelete(fs); ok {
+		e := v.(*env)
+		// Asked for help: the usage goes to stdout and the exit code is 0.
+		for _, a := range args {
+			if a == "--" {
+				break
+			}
+			if a == "-h" || a == "--h" || a == "-help" || a == "--help" {
+				fs.SetOutput(e.stdout)
+				fs.Usage()
+				return nil, flag.ErrHelp
+			}
+		}
+		if errs := e.takeEnvErrors(); len(errs) > 0 {
+			for _, msg := range errs {
+				fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), msg)
+			}
+			return nil, errUsage
+		}
+	}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -72,7 +99,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, e *env) {
 func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("invalid --log-level %q", c.logLevel)
+		return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-level / LOG_LEVEL %q: want debug, info, warn or error", c.logLevel)}
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(c.logFormat) {
@@ -81,7 +108,7 @@ func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
 	}
-	return nil, fmt.Errorf("invalid --log-format %q (json or text)", c.logFormat)
+	return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
 }
 
 func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
@@ -118,6 +145,12 @@ func noArgs(fs *flag.FlagSet, pos []string) error {
 	return nil
 }
 
+// The env* helpers give a flag its default from an environment variable,
+// parsed as strictly as the flag itself: a value that does not parse is
+// recorded on e (the flag keeps its built-in default for --help) and
+// parseFlags then stops the command with exit 2 and a message naming the
+// variable and the accepted form. An empty variable is unset.
+
 func envOr(e *env, key, def string) string {
 	if v := e.getenv(key); v != "" {
 		return v
@@ -127,18 +160,68 @@ func envOr(e *env, key, def string) string {
 
 func envBool(e *env, key string, def bool) bool {
 	if v := e.getenv(key); v != "" {
-		if b, err := strconv.ParseBool(v); err == nil {
-			return b
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.badEnv(key, v, "true or false (also 1/0, t/f)")
+			return def
 		}
+		return b
 	}
 	return def
 }
 
 func envDuration(e *env, key string, def time.Duration) time.Duration {
 	if v := e.getenv(key); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			e.badEnv(key, v, "a duration with a unit, such as 30s, 5m or 1h30m")
+			return def
 		}
+		return d
 	}
 	return def
+}
+
+func envInt(e *env, key string, def int) int {
+	if v := e.getenv(key); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			e.badEnv(key, v, "a whole number, such as 500")
+			return def
+		}
+		return n
+	}
+	return def
+}
+
+func envFloat(e *env, key string, def float64) float64 {
+	if v := e.getenv(key); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			e.badEnv(key, v, "a number, such as 50 or 0.5")
+			return def
+		}
+		return f
+	}
+	return def
+}
+
+// badEnv records an environment variable that does not parse. The value is
+// not repeated when the variable may hold a secret.
+func (e *env) badEnv(key, value, form string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(value) > 64 {
+		value = value[:64] + "..."
+	}
+	e.envErrs = append(e.envErrs, fmt.Sprintf("invalid %s=%q: want %s", key, value, form))
+}
+
+// takeEnvErrors returns (and forgets) the recorded environment errors.
+func (e *env) takeEnvErrors() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	errs := e.envErrs
+	e.envErrs = nil
+	return errs
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/repolock/repolock/internal/database"
 )
@@ -36,16 +37,31 @@ func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
 		"Postgres URL (a read replica) for reports; default: the database URL [REPORTS_DATABASE_URL]")
 }
 
-// open opens a pool on url with the pooler settings applied.
-func (d *dbFlags) open(ctx context.Context, url string, cfg database.PoolConfig) (*database.DB, error) {
+// pool returns a pool on url with the pooler settings applied, without
+// connecting (api serve starts while the database may be down).
+func (d *dbFlags) pool(url string, cfg database.PoolConfig) (*database.DB, error) {
 	if !d.prepared {
 		url = database.ForTransactionPooling(url)
 	}
-	db, err := database.Open(ctx, url, cfg)
+	db, err := database.New(url, cfg)
 	if err != nil {
 		return nil, err
 	}
 	db.SetPreparedStatements(d.prepared)
+	return db, nil
+}
+
+// open is pool followed by a ping, for commands that need the database
+// right away.
+func (d *dbFlags) open(ctx context.Context, url string, cfg database.PoolConfig) (*database.DB, error) {
+	db, err := d.pool(url, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Ping(ctx, 10*time.Second); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("database: ping: %w", err)
+	}
 	return db, nil
 }
 
@@ -99,12 +115,18 @@ func (c *commonFlags) migrateUp(ctx context.Context, db *database.DB, logger *sl
 
 // openReportsReplica opens the REPORTS_DATABASE_URL pool for the report
 // routes of api serve, or returns nil when it is not set.
-func (c *commonFlags) openReportsReplica(ctx context.Context) (*database.DB, error) {
-	if c.db.reportingURL() == "" {
+// It does not connect: like the primary's pool, it may start while the
+// replica is down (report routes then answer 503).
+func (c *commonFlags) openReportsReplica() (*database.DB, error) {
+	url := c.db.reportingURL()
+	if url == "" {
 		return nil, nil
 	}
-	db, _, err := c.openReports(ctx)
-	return db, err
+	db, err := c.db.pool(url, database.PoolConfig{MaxOpenConns: 4, MaxIdleConns: 2})
+	if err != nil {
+		return nil, fmt.Errorf("REPORTS_DATABASE_URL: %w", err)
+	}
+	return db, nil
 }
 
 // openReports opens the pool reports read from: REPORTS_DATABASE_URL when

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 type gcRunFlags struct {
 	batchSize int
 	minAge    time.Duration
+	ret       gc.Retention
 }
 
 func (g *gcRunFlags) register(fs *flag.FlagSet, e *env, prefix string) {
@@ -32,6 +32,25 @@ func (g *gcRunFlags) register(fs *flag.FlagSet, e *env, prefix string) {
 		fmt.Sprintf("locks examined and deleted per transaction, 1..%d [GC_BATCH_SIZE]", gc.MaxBatchSize))
 	fs.DurationVar(&g.minAge, prefix+"min-age", envDuration(e, "GC_MIN_AGE", gc.DefaultMinAge),
 		"collect only locks older than this, so a lock acquired a moment ago keeps its reference [GC_MIN_AGE]")
+	// Retention is enforced by every run that is not a dry run: the same
+	// flag names in api gc and api serve.
+	fs.DurationVar(&g.ret.Events, "event-retention", envDuration(e, "EVENT_RETENTION", gc.DefaultEventRetention),
+		"delete lock events (repository_lock_events) this long after their last occurrence; at least 24h, negative keeps them forever [EVENT_RETENTION]")
+	fs.DurationVar(&g.ret.Runs, "gc-run-retention", envDuration(e, "GC_RUN_RETENTION", gc.DefaultRunRetention),
+		"delete finished GC runs older than this that are not among the newest --gc-runs-kept; at least 24h, negative keeps them forever [GC_RUN_RETENTION]")
+	fs.IntVar(&g.ret.RunsKept, "gc-runs-kept", envInt(e, "GC_RUNS_KEPT", gc.DefaultRunsKept),
+		"the newest GC runs kept whatever their age [GC_RUNS_KEPT]")
+}
+
+// retention returns the validated retention (a usage error otherwise).
+func (g *gcRunFlags) retention() (gc.Retention, error) {
+	if err := g.ret.Validate(); err != nil {
+		return gc.Retention{}, &exitError{code: 2, err: err}
+	}
+	if g.ret.RunsKept < 1 {
+		return gc.Retention{}, &exitError{code: 2, err: fmt.Errorf("--gc-runs-kept must be at least 1, got %d", g.ret.RunsKept)}
+	}
+	return g.ret, nil
 }
 
 func (g *gcRunFlags) options(t gc.Trigger) gc.Options {
@@ -39,15 +58,6 @@ func (g *gcRunFlags) options(t gc.Trigger) gc.Options {
 	o.BatchSize = g.batchSize
 	o.MinAge = g.minAge
 	return o
-}
-
-func envInt(e *env, key string, def int) int {
-	if v := e.getenv(key); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-	}
-	return def
 }
 
 // metricsTextfile writes the CLI's private metrics registry for the
@@ -98,6 +108,10 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	}
 	opts := run.options(gc.TriggerCLI)
 	opts.DryRun = *dryRun
+	ret, err := run.retention()
+	if err != nil {
+		return err
+	}
 	logger, db, err := common.connect(ctx, e)
 	if err != nil {
 		return err
@@ -107,7 +121,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	c, err := newCollector(db, logger, reg)
+	c, err := newCollector(db, logger, reg, ret)
 	if err != nil {
 		return err
 	}
@@ -119,7 +133,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 // newCollector builds the process's one gc.Collector: metrics on reg, and
 // the repostate Cleaner as its cleaning step, retiring the repositories of
 // deleted tenants (tenants.Exists).
-func newCollector(db *database.DB, logger *slog.Logger, reg prometheus.Registerer) (*gc.Collector, error) {
+func newCollector(db *database.DB, logger *slog.Logger, reg prometheus.Registerer, ret gc.Retention) (*gc.Collector, error) {
 	m, err := gc.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -130,7 +144,7 @@ func newCollector(db *database.DB, logger *slog.Logger, reg prometheus.Registere
 			return tenants.Exists(ctx, db, id)
 		},
 	})
-	return gc.New(db, gc.Config{Logger: logger, Metrics: m, Cleaner: cleaner}), nil
+	return gc.New(db, gc.Config{Logger: logger, Metrics: m, Cleaner: cleaner, Retention: ret}), nil
 }
 
 // reportRun prints the run and turns its outcome into the exit status: 0

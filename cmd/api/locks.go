@@ -9,6 +9,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -23,7 +24,10 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) < 2 || (pos[0] != "owner" && pos[0] != "list") || (pos[0] == "list" && len(pos) != 2) {
+	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" {
+		return errUnknownAction(e, fs, pos[0])
+	}
+	if len(pos) < 2 || (pos[0] == "list" && len(pos) != 2) {
 		fs.Usage()
 		return errUsage
 	}
@@ -35,10 +39,15 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	switch pos[0] {
 	case "owner":
+		n, err := rekey.Load(ctx, db) // the deployment's configured aliases
+		if err != nil {
+			return err
+		}
+		ctx := normalize.NewContext(ctx, n)
 		fmt.Fprintln(tw, "NORMALIZED URL\tOWNER\tLOCK\tAPPLICATIONS\tCREDENTIALS\tSINCE")
 		failed := 0
 		for i, raw := range pos[1:] {
-			key, err := normalize.RepoURL(raw)
+			key, err := n.RepoURL(raw)
 			if err != nil {
 				failed++
 				fmt.Fprintf(e.stderr, "api locks owner: argument %d: %v\n", i+1, err)

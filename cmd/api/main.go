@@ -12,9 +12,12 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/httpapi"
 )
 
 // command is one subcommand. run gets the arguments after the command name
@@ -27,20 +30,26 @@ type command struct {
 // commands is the subcommand table.
 var commands = map[string]command{
 	"serve":   {"run the HTTP API server", runServe},
-	"migrate": {"apply or roll back database migrations: up | down [N] | version", runMigrate},
+	"migrate": {"apply or roll back database migrations: up | down [N] | version | force N", runMigrate},
+	"version": {"print the version and VCS revision of this binary (also: api --version)", runVersion},
 	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME | delete NAME", runTenant},
 	// Domain commands, one line each; their code lives in <command>.go.
 	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
 	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},
-	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs", runReport},
+	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs | normalizer_versions | rekey_conflicts", runReport},
 	"normalize": {"print the lock key of each repository URL", runNormalize},
 	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
+	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},
+	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
 }
 
 // env is what commands share: streams, so tests can capture them.
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+
+	mu      sync.Mutex
+	envErrs []string // environment variables that did not parse (badEnv)
 }
 
 var errUsage = errors.New("usage")
@@ -62,16 +71,25 @@ func main() {
 }
 
 func run(ctx context.Context, e *env, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(e.stderr)
-		if len(args) == 0 {
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "-help", "help":
+		usage(e.stdout)
+		return 0
+	case "--version", "-version", "-v":
+		if len(args) != 1 {
+			fmt.Fprintf(e.stderr, "api: %s takes no arguments\n", args[0])
 			return 2
 		}
+		printVersion(e.stdout)
 		return 0
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "api: unknown command %q\n\n", args[0])
+		fmt.Fprintf(e.stderr, "api: unknown command %s\n\n", args[0])
 		usage(e.stderr)
 		return 2
 	}
@@ -86,13 +104,72 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 2
 	case errors.As(err, &ee):
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], repolock.WithoutOps(ee.err))
+			fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], cliMessage(ee.err))
 		}
 		return ee.code
 	default:
-		fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], repolock.WithoutOps(err))
+		fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], cliMessage(err))
 		return 1
 	}
+}
+
+// cliMessage is what the CLI prints for an error: the domain message of a
+// *repolock.Error (no code prefix, no Postgres text), with the cause only
+// when the error is internal or the database is unavailable (the operator
+// needs it then); a missing table is the hint to migrate; everything else
+// without operation prefixes.
+func cliMessage(err error) string {
+	if msg, ok := migrationMessage(err); ok {
+		return msg
+	}
+	var de *repolock.Error
+	if errors.As(err, &de) {
+		switch de.Code {
+		case repolock.EInternal, repolock.EUnavailable:
+			if de.Err != nil {
+				return de.Message + ": " + repolock.WithoutOps(de.Err)
+			}
+		}
+		return de.Message
+	}
+	return repolock.WithoutOps(err)
+}
+
+// errUnknownAction is errUsage for an unknown action of a command with
+// actions (migrate, user, locks): it names the whole command.
+func errUnknownAction(e *env, fs *flag.FlagSet, action string) error {
+	fmt.Fprintf(e.stderr, "%s: unknown command %s %s\n\n", fs.Name(), strings.TrimPrefix(fs.Name(), "api "), action)
+	fs.Usage()
+	return errUsage
+}
+
+func printVersion(w io.Writer) {
+	v := httpapi.Version()
+	rev := v.Revision
+	if rev == "" {
+		rev = "unknown"
+	}
+	if v.Modified {
+		rev += " (modified)"
+	}
+	fmt.Fprintf(w, "api %s\nrevision %s\n", v.Version, rev)
+	if v.Time != "" {
+		fmt.Fprintf(w, "commit time %s\n", v.Time)
+	}
+	fmt.Fprintf(w, "built with %s\n", v.GoVersion)
+}
+
+func runVersion(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "version", "", "Prints the version and the VCS revision the binary was built from (what GET /version answers).")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(fs, pos); err != nil {
+		return err
+	}
+	printVersion(e.stdout)
+	return nil
 }
 
 func usage(w io.Writer) {
@@ -108,5 +185,5 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'api COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "Run 'api COMMAND --help' for a command's flags; 'api --version' for the build.")
 }

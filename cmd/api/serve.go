@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 )
@@ -26,10 +28,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		migrateOnStart  = fs.Bool("migrate-on-start", envBool(e, "MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
 		requestTimeout  = fs.Duration("request-timeout", envDuration(e, "REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
 		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
+		rateLimit       = fs.Float64("rate-limit", envFloat(e, "RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
+		rateBurst       = fs.Int("rate-burst", envInt(e, "RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
+		aliasRefresh    = fs.Duration("alias-refresh", envDuration(e, "ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
 	)
 	common.register(fs, e)
 	var gcLoop gcLoopFlags
 	gcLoop.register(fs, e)
+	var pool poolFlags
+	pool.register(fs, e)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -37,17 +44,26 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := noArgs(fs, pos); err != nil {
 		return err
 	}
-	logger, db, err := common.connect(ctx, e)
+	logger, err := common.logger(e)
+	if err != nil {
+		return err
+	}
+	dbURL, err := common.url()
+	if err != nil {
+		return err
+	}
+	poolCfg, err := pool.config()
+	if err != nil {
+		return err
+	}
+	// The pool does not connect here: serve listens at once, even while
+	// the database is unreachable, and gets ready when it answers.
+	db, err := common.db.pool(dbURL, poolCfg)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 
-	if *migrateOnStart {
-		if err := common.migrateUp(ctx, db, logger); err != nil {
-			return err
-		}
-	}
 	if *adminToken == "" {
 		*adminToken = e.getenv("ADMIN_TOKEN")
 	}
@@ -58,31 +74,61 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	// Everything the server serves is built here, once, and handed over:
 	// the metrics registry, the one GC Collector (the scheduled loop below
-	// and POST /v1/admin/gc share it) and the stateful services.
+	// and POST /v1/admin/gc share it), the token cache and the stateful
+	// services.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	collector, err := newCollector(db, logger, reg)
+	ret, err := gcLoop.run.retention()
 	if err != nil {
 		return err
 	}
-	reportsDB, err := common.openReportsReplica(ctx)
+	reportsDB, err := common.openReportsReplica()
 	if err != nil {
 		return err
 	}
 	if reportsDB != nil {
 		defer reportsDB.Close()
 	}
+	if *aliasRefresh <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
+	}
+	aliases, err := rekey.NewSource(ctx, db, logger)
+	if err != nil {
+		return err
+	}
+	aliasCtx, stopAliases := context.WithCancel(ctx)
+	defer stopAliases()
+	go aliases.Run(aliasCtx, *aliasRefresh)
+	collector, err := newCollector(db, logger, reg, ret)
+	if err != nil {
+		return err
+	}
+	// The token listener holds a session (LISTEN): behind a transaction-
+	// pooling PgBouncer it needs the direct connection, MIGRATE_DATABASE_URL.
+	listenURL := dbURL
+	if u := common.db.migrationURL(); u != "" {
+		listenURL = u
+	}
+	tokens := pool.cache(listenURL, logger)
+	defer tokens.Close()
+	ready := &readiness{}
+	ready.set(errors.New("the database has not answered yet"))
 	sync := syncstate.New(db, syncstate.Options{Logger: logger})
 	srv, err := httpapi.New(httpapi.Config{
+		Normalizers:    aliases,
 		DB:             db,
 		Logger:         logger,
 		AdminToken:     *adminToken,
 		RequestTimeout: *requestTimeout,
+		RateLimit:      rateLimitConfig(*rateLimit),
+		RateBurst:      *rateBurst,
 		Registry:       reg,
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:           sync,
 		GC:             collector,
 		ReportsDB:      reportsDB,
+		Tokens:         tokens,
+		Ready:          ready.get,
 	})
 	if err != nil {
 		return err
@@ -103,11 +149,46 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	logger.Info("listening", "addr", ln.Addr().String())
-	if err := srv.Serve(ctx, ln, *shutdownTimeout); err != nil {
+	// Startup runs beside the server: /healthz answers at once, /readyz
+	// and the API answer 503 until the database answered and the
+	// migrations ran. A fatal startup error stops the server.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		startErr error
+		started  = make(chan struct{})
+	)
+	go func() {
+		defer close(started)
+		var migrate func(context.Context) error
+		if *migrateOnStart {
+			migrate = func(ctx context.Context) error { return common.migrateUp(ctx, db, logger) }
+		}
+		if err := startup(sctx, db, logger, migrate, tokens, ready); err != nil && sctx.Err() == nil {
+			startErr = err
+			cancel(err)
+		}
+	}()
+	err = srv.Serve(sctx, ln, *shutdownTimeout)
+	cancel(nil)
+	<-started
+	if startErr != nil {
+		return startErr
+	}
+	if err != nil {
 		return err
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// rateLimitConfig maps --rate-limit (0 = off) onto httpapi.Config.RateLimit
+// (negative = off).
+func rateLimitConfig(perSecond float64) float64 {
+	if perSecond <= 0 {
+		return -1
+	}
+	return perSecond
 }
 
 func randomToken() string {

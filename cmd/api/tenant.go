@@ -33,7 +33,10 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 	action, rest := pos[0], pos[1:]
 	wantArgs := map[string]int{"create": 1, "list": 0, "token": 1, "revoke": 1, "delete": 1}
 	n, ok := wantArgs[action]
-	if !ok || len(rest) != n {
+	if !ok {
+		return errUnknownAction(e, fs, action)
+	}
+	if len(rest) != n {
 		fs.Usage()
 		return errUsage
 	}

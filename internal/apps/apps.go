@@ -96,12 +96,12 @@ func ValidateName(name string) error {
 
 // repoURL normalizes raw and returns its key and the URL to store (as given,
 // without user info).
-func repoURL(raw string) (normalize.Key, string, error) {
-	key, err := normalize.RepoURL(raw)
+func repoURL(n *normalize.Normalizer, raw string) (normalize.Key, string, error) {
+	key, err := n.RepoURL(raw)
 	if err != nil {
 		return "", "", repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}
-	stored, err := normalize.StripUserInfo(raw)
+	stored, err := n.StripUserInfo(raw)
 	if err != nil {
 		return "", "", repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}

@@ -185,8 +185,9 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 	if err := db.GetContext(ctx, &n, `SELECT (SELECT count(*) FROM applications WHERE cluster_user_id = $1) + (SELECT count(*) FROM repository_credentials WHERE cluster_user_id = $1)`, bob.ID); err != nil || n != 0 {
 		t.Fatalf("bob's rows: %d %v", n, err)
 	}
+	// Both denials: one row (coalesced within the window) counting 2.
 	evs := lockEvents(t, db, "github.com/acme/web")
-	if len(evs) != 3 || evs[1].Event != "denied" || evs[2].Event != "denied" || evs[1].TenantName.String != "bob" || evs[1].OwnerName.String != "alice" {
+	if len(evs) != 2 || evs[1].Event != "denied" || evs[1].Count != 2 || evs[1].TenantName.String != "bob" || evs[1].OwnerName.String != "alice" {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -234,8 +235,8 @@ func TestCredentialSecrets(t *testing.T) {
 	}{
 		{"password in URL", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://me:hunter2@github.com/a/b", SecretRef: "vault://x"}, "repo_url must not contain a password or token"},
 		{"no secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b"}, "secret_ref is required"},
-		{"private key as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "repository credentials never carry secrets"},
-		{"token as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "ghp_abcdefabcdefabcdefabcdefabcdef123456"}, "repository credentials never carry secrets"},
+		{"private key as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "secret_ref holds a PEM private key, not a reference: store the secret in your secret store and send its location in secret_ref instead"},
+		{"token as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "ghp_abcdefabcdefabcdefabcdefabcdef123456"}, "secret_ref holds a GitHub personal access token, not a reference: store the secret in your secret store and send its location in secret_ref instead"},
 		{"whitespace in secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "my secret"}, "secret_ref must be a reference"},
 		{"control character in username", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", Username: "a\nb", SecretRef: "vault://x"}, "username must not contain control characters"},
 	} {

@@ -61,15 +61,32 @@ var SecretFields = []string{
 func ErrSecretField(field string) error {
 	return &repolock.Error{
 		Code: repolock.EInvalid,
-		Message: "repository credentials never carry secrets: remove \"" + field + "\", store the secret in your secret store " +
-			"and pass its location in secret_ref (for example \"k8s://namespace/secret-name\" or \"vault://path/to/secret\")",
+		Message: "repository credentials never carry secrets: the request has a \"" + field + "\" field; remove it, store the secret in your secret store " +
+			"and send its location in secret_ref (for example \"k8s://namespace/secret-name\" or \"vault://path/to/secret\")",
 		Details: map[string]any{"field": field},
 	}
 }
 
-// tokenPrefixes start well-known access tokens; a secret_ref that starts
-// with one is a token pasted into the wrong field.
-var tokenPrefixes = []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xoxb-", "xoxp-", "AKIA"}
+// ErrSecretInRef is the error for a secret_ref that holds a secret itself
+// (what was detected: an access token of a known kind, or a private key)
+// instead of the secret's location. The value is never echoed.
+func ErrSecretInRef(detected string) error {
+	return &repolock.Error{
+		Code: repolock.EInvalid,
+		Message: "secret_ref holds " + detected + ", not a reference: store the secret in your secret store " +
+			"and send its location in secret_ref instead (for example \"k8s://namespace/secret-name\" or \"vault://path/to/secret\")",
+		Details: map[string]any{"field": "secret_ref"},
+	}
+}
+
+// tokenPrefixes start well-known access tokens (mapped to what they are);
+// a secret_ref that starts with one is a token pasted into the wrong field.
+var tokenPrefixes = []struct{ prefix, kind string }{
+	{"ghp_", "a GitHub personal access token"}, {"gho_", "a GitHub OAuth token"}, {"ghu_", "a GitHub user-to-server token"},
+	{"ghs_", "a GitHub server-to-server token"}, {"ghr_", "a GitHub refresh token"}, {"github_pat_", "a GitHub fine-grained access token"},
+	{"glpat-", "a GitLab personal access token"}, {"xoxb-", "a Slack bot token"}, {"xoxp-", "a Slack user token"},
+	{"AKIA", "an AWS access key ID"},
+}
 
 func validateSecretRef(ref string) error {
 	switch {
@@ -78,13 +95,13 @@ func validateSecretRef(ref string) error {
 	case len(ref) > MaxSecretRefLength:
 		return repolock.Errorf(repolock.EInvalid, "secret_ref must be at most %d bytes", MaxSecretRefLength)
 	case strings.Contains(ref, "-----BEGIN"):
-		return ErrSecretField("secret_ref")
+		return ErrSecretInRef("a PEM private key")
 	case strings.IndexFunc(ref, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0:
 		return repolock.Errorf(repolock.EInvalid, "secret_ref must be a reference without whitespace, not a secret")
 	}
 	for _, p := range tokenPrefixes {
-		if strings.HasPrefix(ref, p) {
-			return ErrSecretField("secret_ref")
+		if strings.HasPrefix(ref, p.prefix) {
+			return ErrSecretInRef(p.kind)
 		}
 	}
 	return nil
@@ -118,8 +135,8 @@ func urlHasPassword(raw string) bool {
 
 // credentialRepoURL is repoURL that also refuses a password in the URL: in a
 // credential it is a raw secret.
-func credentialRepoURL(raw string) (normalize.Key, string, error) {
-	key, stored, err := repoURL(raw)
+func credentialRepoURL(n *normalize.Normalizer, raw string) (normalize.Key, string, error) {
+	key, stored, err := repoURL(n, raw)
 	if err != nil {
 		return "", "", err
 	}

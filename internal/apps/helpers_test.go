@@ -102,24 +102,28 @@ type lockEvent struct {
 	LockID     sql.NullString `db:"lock_id"`
 	TenantName sql.NullString `db:"cluster_user_name"`
 	OwnerName  sql.NullString `db:"owner_user_name"`
+	// Count is how many events the row stands for (repeated denials of
+	// one tenant for one URL within a window are one row).
+	Count int `db:"count"`
 }
 
 func lockEvents(t testing.TB, q database.Querier, key string) []lockEvent {
 	t.Helper()
 	var evs []lockEvent
 	if err := q.SelectContext(context.Background(), &evs, `
-		SELECT event, lock_id, cluster_user_name, owner_user_name
+		SELECT event, lock_id, cluster_user_name, owner_user_name, count
 		FROM repository_lock_events WHERE git_repository_url = $1 ORDER BY id`, key); err != nil {
 		t.Fatal(err)
 	}
 	return evs
 }
 
-// eventSummary is "acquired/released/denied" counts.
+// eventSummary is "acquired/released/denied" counts (a coalesced denial
+// row counts as many denials as it stands for).
 func eventSummary(evs []lockEvent) map[string]int {
 	m := map[string]int{}
 	for _, e := range evs {
-		m[e.Event]++
+		m[e.Event] += e.Count
 	}
 	return m
 }

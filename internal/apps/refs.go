@@ -22,7 +22,7 @@ type refs struct {
 	what     string // in already_exists messages: "an application"
 	pageKind string // the page-token kind of the kind's lists
 	// repoURL checks a repo_url and returns its key and the URL to store.
-	repoURL func(raw string) (normalize.Key, string, error)
+	repoURL func(n *normalize.Normalizer, raw string) (normalize.Key, string, error)
 	// extra are the kind's own text columns, in the order they are checked
 	// and stored (after normalized_url).
 	extra [2]column
@@ -93,16 +93,17 @@ type change struct {
 	extra         [2]*string
 }
 
-// validate checks the fields c sets, in order, and returns the key and the
-// URL to store of its repo_url.
-func (k *refs) validate(c change) (key normalize.Key, stored string, err error) {
+// validate checks the fields c sets, in order, and returns the key (under
+// the normalizer of ctx, with the deployment's aliases) and the URL to store
+// of its repo_url.
+func (k *refs) validate(ctx context.Context, c change) (key normalize.Key, stored string, err error) {
 	if c.name != nil {
 		if err := ValidateName(*c.name); err != nil {
 			return "", "", err
 		}
 	}
 	if c.repoURL != nil {
-		if key, stored, err = k.repoURL(*c.repoURL); err != nil {
+		if key, stored, err = k.repoURL(normalize.FromContext(ctx), *c.repoURL); err != nil {
 			return "", "", err
 		}
 	}
@@ -148,17 +149,19 @@ func mapWriteError(err error, what, name string) error {
 // locks.AcquireRepositoryCredentialURL and writes the row and its reference.
 func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tenantID string, c change) (T, error) {
 	var zero, r T
-	key, stored, err := k.validate(c)
+	key, stored, err := k.validate(ctx, c)
 	if err != nil {
 		return zero, err
 	}
 	name, x0, x1 := *c.name, *c.extra[0], *c.extra[1]
-	err = db.GetPrepared(ctx, &r, k.sql.createWithNewLock, string(key), normalize.Version, tenantID, name, stored, x0, x1)
+	err = db.GetPrepared(ctx, &r, k.sql.createWithNewLock, string(key), locks.RuleSet(normalize.FromContext(ctx)), tenantID, name, stored, x0, x1)
 	if err == nil {
 		return r, nil
 	}
 	if !database.IsNoRows(err) {
-		return zero, mapWriteError(err, k.what, name)
+		// One autocommit statement: a lost connection leaves its
+		// outcome unknown.
+		return zero, mapWriteError(database.UnknownOutcome(err), k.what, name)
 	}
 	var claimedBy string
 	err = db.WithTx(ctx, func(tx database.Tx) error {
@@ -226,7 +229,7 @@ func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 	if !validID(id) {
 		return zero, k.notFound(id)
 	}
-	key, stored, err := k.validate(c)
+	key, stored, err := k.validate(ctx, c)
 	if err != nil {
 		return zero, err
 	}

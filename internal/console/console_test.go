@@ -455,8 +455,14 @@ func TestDenials(t *testing.T) {
 	bob, _ := e.tenant("bob")
 	carol, _ := e.tenant("carol")
 	e.mustApp(alice.ID, "a", "https://github.com/org/repo")
-	for i, who := range []tenants.Tenant{bob, carol, bob} {
-		if _, err := e.app(who.ID, "x"+string(rune('0'+i)), "git@github.com:org/repo.git"); !repolock.IsCode(err, repolock.ERepositoryClaimed) {
+	e.mustApp(alice.ID, "b", "https://github.com/org/other")
+	// bob is refused org/repo twice (one coalesced row counting 2), carol
+	// once, and bob once on org/other: three rows, four denials.
+	for i, c := range []struct {
+		who tenants.Tenant
+		url string
+	}{{bob, "git@github.com:org/repo.git"}, {carol, "git@github.com:org/repo.git"}, {bob, "https://github.com/org/repo/"}, {bob, "https://github.com/org/other"}} {
+		if _, err := e.app(c.who.ID, "x"+string(rune('0'+i)), c.url); !repolock.IsCode(err, repolock.ERepositoryClaimed) {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 	}
@@ -465,7 +471,10 @@ func TestDenials(t *testing.T) {
 	r := b.get("/ui/denials")
 	wantStatus(t, r, http.StatusOK)
 	if n := strings.Count(r.Body, `<td>alice</td></tr>`); n != 3 {
-		t.Errorf("%d denials shown, want 3", n)
+		t.Errorf("%d denial rows shown, want 3", n)
+	}
+	if n := strings.Count(r.Body, `<td class="count">2</td><td>bob</td><td><a href="/ui/ownership?url=github.com%2forg%2frepo">`); n != 1 {
+		t.Errorf("bob's two denials of org/repo: %d coalesced rows with count 2, want 1\n%s", n, r.Body)
 	}
 	r = b.get("/ui/denials?requester=bob&since=24h")
 	if n := strings.Count(r.Body, `<td>bob</td>`); n != 2 || strings.Contains(r.Body, "<td>carol</td>") {
@@ -473,8 +482,8 @@ func TestDenials(t *testing.T) {
 	}
 	r = b.get("/ui/denials?url=" + url.QueryEscape("HTTPS://github.com/Org/Repo") + "&owner=alice")
 	wantContains(t, r, "Key: <code>github.com/org/repo</code>")
-	if n := strings.Count(r.Body, `<td>alice</td></tr>`); n != 3 {
-		t.Errorf("url filter: %d rows, want 3", n)
+	if n := strings.Count(r.Body, `<td>alice</td></tr>`); n != 2 {
+		t.Errorf("url filter: %d rows, want 2", n)
 	}
 	r = b.get("/ui/denials?owner=bob")
 	wantContains(t, r, "No denials match.")
@@ -508,12 +517,13 @@ func TestDenials(t *testing.T) {
 		t.Errorf("Content-Disposition %q", cd)
 	}
 	lines := strings.Split(strings.TrimSpace(r.Body), "\n")
-	if len(lines) != 3 || lines[0] != "event_id,denied_at,git_repository_url,requested_by,owner" {
+	if len(lines) != 3 || lines[0] != "event_id,denied_at,last_denied_at,denials,git_repository_url,requested_by,owner" {
 		t.Fatalf("csv:\n%s", r.Body)
 	}
-	for _, l := range lines[1:] {
-		if !strings.HasSuffix(l, ",github.com/org/repo,bob,alice") {
-			t.Errorf("csv row %q", l)
+	// Newest first: org/other once, then org/repo twice (coalesced).
+	for i, suffix := range []string{",1,github.com/org/other,bob,alice", ",2,github.com/org/repo,bob,alice"} {
+		if !strings.HasSuffix(lines[i+1], suffix) {
+			t.Errorf("csv row %d %q, want suffix %q", i+1, lines[i+1], suffix)
 		}
 	}
 	// The page links the CSV of its filters.

@@ -142,11 +142,12 @@ type hourCount struct {
 }
 
 // eventsPerHour counts lock events of the given kinds per hour from since
-// (repository_lock_events_event_created_at_idx).
+// (repository_lock_events_event_created_at_idx). A coalesced denial row
+// counts its count, in the hour of its first denial.
 func (d *data) eventsPerHour(ctx context.Context, events []string, since time.Time) ([]hourCount, error) {
 	var rows []hourCount
 	err := d.reportsDB.SelectContext(ctx, &rows, `
-		SELECT floor(extract(epoch FROM created_at) / 3600)::bigint AS hour, event, count(*) AS n
+		SELECT floor(extract(epoch FROM created_at) / 3600)::bigint AS hour, event, sum(count) AS n
 		FROM repository_lock_events
 		WHERE event = ANY($1) AND created_at >= $2
 		GROUP BY 1, 2 ORDER BY 1, 2`, pq.Array(events), since)
@@ -278,6 +279,19 @@ type lockEvent struct {
 	Actor     *string   `db:"cluster_user_name"`
 	Owner     *string   `db:"owner_user_name"`
 	CreatedAt time.Time `db:"created_at"`
+	// Count is how many events the row stands for: repeated denials of one
+	// tenant for one URL within a window coalesce into one row (locks
+	// package); LastAt is the newest of them (nil for a single event).
+	Count  int64      `db:"count"`
+	LastAt *time.Time `db:"last_at"`
+}
+
+// Last is when the row's newest event happened.
+func (e lockEvent) Last() time.Time {
+	if e.LastAt != nil {
+		return *e.LastAt
+	}
+	return e.CreatedAt
 }
 
 // eventFilter selects lock events; zero fields do not filter.
@@ -310,7 +324,7 @@ func (f eventFilter) where() (string, []any) {
 		add("owner_user_name = $", f.Owner)
 	}
 	if !f.Since.IsZero() {
-		add("created_at >= $", f.Since)
+		add("coalesce(last_at, created_at) >= $", f.Since)
 	}
 	if f.Before > 0 {
 		add("id < $", f.Before)
@@ -318,7 +332,7 @@ func (f eventFilter) where() (string, []any) {
 	return where, args
 }
 
-const lockEventColumns = `id, event, git_repository_url, cluster_user_name, owner_user_name, created_at`
+const lockEventColumns = `id, event, git_repository_url, cluster_user_name, owner_user_name, created_at, count, last_at`
 
 // events returns a page of lock events, newest first, and whether more follow.
 func (d *data) events(ctx context.Context, f eventFilter, size int) ([]lockEvent, bool, error) {

@@ -316,9 +316,10 @@ func (c *Console) denialsCSV(w http.ResponseWriter, r *http.Request, s *session)
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="denials.csv"`)
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"event_id", "denied_at", "git_repository_url", "requested_by", "owner"})
+	_ = cw.Write([]string{"event_id", "denied_at", "last_denied_at", "denials", "git_repository_url", "requested_by", "owner"})
 	err = c.data.eachEvent(r.Context(), f, MaxCSVRows, func(e lockEvent) error {
 		return cw.Write([]string{strconv.FormatInt(e.ID, 10), e.CreatedAt.UTC().Format(time.RFC3339),
+			e.Last().UTC().Format(time.RFC3339), strconv.FormatInt(e.Count, 10),
 			e.URL, derefString(e.Actor), derefString(e.Owner)})
 	})
 	cw.Flush()

@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
 
 	"github.com/lib/pq"
 
@@ -26,8 +30,76 @@ const (
 	CodeQueryCanceled        = "57014"
 	CodeTooManyConnections   = "53300"
 	CodeAdminShutdown        = "57P01"
+	CodeCrashShutdown        = "57P02"
 	CodeCannotConnectNow     = "57P03"
 )
+
+// ErrCommitOutcomeUnknown marks a transaction whose connection was lost
+// while its COMMIT was in flight: it may or may not have been applied.
+var ErrCommitOutcomeUnknown = errors.New("the connection was lost during commit")
+
+// UnknownOutcome marks the error of a write run outside a transaction
+// (one autocommit statement): when the connection was lost after the
+// statement may have reached the server, it may have been applied, as with
+// a COMMIT in flight (ErrCommitOutcomeUnknown). Failures to connect, where
+// nothing was sent, are returned as they are.
+func UnknownOutcome(err error) error {
+	if !IsConnectionError(err) || errors.Is(err, ErrCommitOutcomeUnknown) || notSent(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCommitOutcomeUnknown, err)
+}
+
+// notSent reports connection errors that happen before anything is sent:
+// dialing, and the server refusing the connection at startup.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) || errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	switch PQCode(err) {
+	case CodeTooManyConnections, CodeCannotConnectNow:
+		return true
+	}
+	return false
+}
+
+// IsConnectionError reports whether err means the database could not be
+// reached or the connection to it was lost: dial errors and other network
+// errors, resets, EOF from the driver, driver.ErrBadConn, SQLSTATE classes
+// 08 (connection exception) and 57P01..57P03 (shutdown, cannot connect
+// now), and 53300 (too many connections). Call it only on errors that come
+// out of database calls (an io.EOF from a request body is not an outage).
+func IsConnectionError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, net.ErrClosed) || errors.Is(err, ErrCommitOutcomeUnknown) {
+		return true
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	switch c := PQCode(err); {
+	case c == CodeTooManyConnections, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
+		return true
+	case len(c) == 5 && c[:2] == "08":
+		return true
+	}
+	return false
+}
 
 // PQCode returns the SQLSTATE of the first *pq.Error in err's chain, or "".
 func PQCode(err error) string {
@@ -78,6 +150,15 @@ func MapError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return repolock.Wrap(repolock.ETimeout, err, "the operation timed out")
 	}
+	if errors.Is(err, ErrCommitOutcomeUnknown) {
+		e := repolock.Wrap(repolock.EUnavailable, err,
+			"the database connection was lost while committing: the outcome is unknown; re-read before retrying")
+		e.Details = map[string]any{"outcome": "unknown"}
+		return e
+	}
+	if IsConnectionError(err) {
+		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
+	}
 	switch PQCode(err) {
 	case CodeUniqueViolation, CodeExclusionViolation:
 		return repolock.Wrap(repolock.EAlreadyExists, err, "already exists")
@@ -91,15 +172,6 @@ func MapError(err error) error {
 		return repolock.Wrap(repolock.EConflict, err, "the change conflicted with a concurrent change; try again")
 	case CodeQueryCanceled:
 		return repolock.Wrap(repolock.ETimeout, err, "the operation timed out")
-	case CodeTooManyConnections, CodeAdminShutdown, CodeCannotConnectNow:
-		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
-	}
-	// Class 08: connection exceptions.
-	if c := PQCode(err); len(c) == 5 && c[:2] == "08" {
-		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
-	}
-	if errors.Is(err, driver.ErrBadConn) {
-		return repolock.Wrap(repolock.EUnavailable, err, "the database is unavailable; try again")
 	}
 	return err
 }

@@ -84,6 +84,19 @@ func (mg *Migrator) Down(n int) error {
 	return nil
 }
 
+// Force records version v as applied and clean without running anything:
+// the way out of a dirty database once an operator has inspected it
+// (golang-migrate's force). v = 0 records no version at all.
+func (mg *Migrator) Force(v int) error {
+	if v == 0 {
+		v = -1 // golang-migrate's "no version"
+	}
+	if err := mg.m.Force(v); err != nil {
+		return fmt.Errorf("migrate force: %w", err)
+	}
+	return nil
+}
+
 // Status reports the recorded version and the latest embedded one.
 func (mg *Migrator) Status() (MigrationStatus, error) {
 	latest, err := LatestVersion()

@@ -34,6 +34,13 @@ type TxOptions struct {
 // are used up or ctx is done. fn must therefore be safe to run more than once
 // and must not have effects outside the transaction.
 //
+// A connection error before COMMIT (a broken pooled connection, a reset)
+// leaves nothing applied: the server rolls back a transaction whose
+// connection is gone. Transact then discards the pool's idle connections
+// (they are most likely broken too) and runs fn once more on a fresh one.
+// A connection lost while COMMIT is in flight is not retried: its error
+// wraps ErrCommitOutcomeUnknown (503 "the outcome is unknown").
+//
 // The error returned is mapped with MapError.
 func (db *DB) Transact(ctx context.Context, opts TxOptions, fn func(tx Tx) error) error {
 	p := db.retry
@@ -41,8 +48,19 @@ func (db *DB) Transact(ctx context.Context, opts TxOptions, fn func(tx Tx) error
 		p.MaxAttempts = 1
 	}
 	var err error
+	connRetried := false
 	for attempt := 1; ; attempt++ {
 		err = db.transactOnce(ctx, opts, fn)
+		// (A serialization failure whose rollback then failed, e.g.
+		// because ctx was cancelled, stays a serialization failure.)
+		if err != nil && !IsRetryable(err) && IsConnectionError(err) {
+			db.DiscardIdle()
+			if !connRetried && !errors.Is(err, ErrCommitOutcomeUnknown) && ctx.Err() == nil {
+				connRetried = true
+				continue
+			}
+			break
+		}
 		if err == nil || !IsRetryable(err) || attempt >= p.MaxAttempts {
 			break
 		}
@@ -78,6 +96,9 @@ func (db *DB) transactOnce(ctx context.Context, opts TxOptions, fn func(tx Tx) e
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if IsConnectionError(err) {
+			return fmt.Errorf("commit: %w: %w", ErrCommitOutcomeUnknown, err)
+		}
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil

@@ -7,8 +7,10 @@
 // CREATE DATABASE ... TEMPLATE copy that is dropped when the test ends. Tests
 // are therefore independent, safe to run in parallel and safe to run twice.
 //
-// The admin connection comes from TEST_DATABASE_URL, else DATABASE_URL, else
-// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable. When no
+// The admin connection comes from TEST_DATABASE_URL, else
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable; DATABASE_URL
+// alone is refused (tests never create or drop databases on the server the
+// service uses). When no
 // server answers, tests fail loudly: they never skip. (make test starts one.)
 package dbtest
 
@@ -35,18 +37,32 @@ import (
 	"github.com/repolock/repolock/internal/database"
 )
 
-// DefaultAdminURL is used when neither TEST_DATABASE_URL nor DATABASE_URL is
-// set.
+// DefaultAdminURL is used when TEST_DATABASE_URL is not set (and neither is
+// DATABASE_URL): the local development server.
 const DefaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// AdminURL returns the admin connection string tests use.
+// AdminURL returns the admin connection string tests use: TEST_DATABASE_URL,
+// else DefaultAdminURL. DATABASE_URL is never used: it names the server the
+// service and the CLI work on, and tests create and drop databases
+// (CheckEnv refuses to run when only DATABASE_URL is set).
 func AdminURL() string {
-	for _, k := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
+	if v := os.Getenv("TEST_DATABASE_URL"); v != "" {
+		return v
 	}
 	return DefaultAdminURL
+}
+
+// CheckEnv returns an error when DATABASE_URL is set but TEST_DATABASE_URL
+// is not: the tests would otherwise create and drop databases on the
+// default server while the caller may think they run on DATABASE_URL's.
+func CheckEnv() error {
+	if os.Getenv("TEST_DATABASE_URL") == "" && os.Getenv("DATABASE_URL") != "" {
+		return errors.New("dbtest: DATABASE_URL is set but TEST_DATABASE_URL is not. Tests create and drop databases, " +
+			"so they only use a server named by TEST_DATABASE_URL (make test sets it to the server scripts/pg-ensure.sh " +
+			"finds or starts); they never touch DATABASE_URL's. Set TEST_DATABASE_URL, or unset DATABASE_URL to use " +
+			DefaultAdminURL)
+	}
+	return nil
 }
 
 // PoolSize is the size of the pools New and NewWithURL open.
@@ -88,6 +104,9 @@ func NewWithURL(t testing.TB) (*database.DB, string) {
 // the migrations themselves). It is dropped when t ends.
 func NewDatabase(t testing.TB, migrated bool) string {
 	t.Helper()
+	if err := CheckEnv(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	admin, err := sql.Open("postgres", AdminURL())

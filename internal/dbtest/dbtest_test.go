@@ -3,6 +3,8 @@ package dbtest_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/repolock/repolock/internal/database"
@@ -54,4 +56,30 @@ func TestEmptyDatabaseHasNoSchema(t *testing.T) {
 	if err := db.GetContext(context.Background(), &n, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`); err != nil || n != 0 {
 		t.Fatalf("empty database has %d tables (%v)", n, err)
 	}
+}
+
+// TestCheckEnv: DATABASE_URL alone is refused; TEST_DATABASE_URL wins.
+// (Not parallel: it sets environment variables.)
+func TestCheckEnv(t *testing.T) {
+	test := os.Getenv("TEST_DATABASE_URL")
+	for _, tc := range []struct {
+		test, db string
+		ok       bool
+		admin    string
+	}{
+		{"", "", true, dbtest.DefaultAdminURL},
+		{"", "postgres://prod.example/db", false, dbtest.DefaultAdminURL},
+		{"postgres://t@127.0.0.1/postgres", "postgres://prod.example/db", true, "postgres://t@127.0.0.1/postgres"},
+	} {
+		t.Setenv("TEST_DATABASE_URL", tc.test)
+		t.Setenv("DATABASE_URL", tc.db)
+		err := dbtest.CheckEnv()
+		if (err == nil) != tc.ok || dbtest.AdminURL() != tc.admin {
+			t.Errorf("TEST_DATABASE_URL=%q DATABASE_URL=%q: %v, admin %q", tc.test, tc.db, err, dbtest.AdminURL())
+		}
+		if err != nil && !strings.Contains(err.Error(), "DATABASE_URL is set but TEST_DATABASE_URL is not") {
+			t.Errorf("message: %v", err)
+		}
+	}
+	t.Setenv("TEST_DATABASE_URL", test)
 }

@@ -212,19 +212,24 @@ type Config struct {
 	Holder string
 	// Signals, when set, are notified of leases and finished runs (tests).
 	Signals Signals
+	// Retention bounds repository_lock_events and gc_runs; every run that
+	// is not a dry run enforces it (defaults: DefaultEventRetention,
+	// DefaultRunRetention, DefaultRunsKept).
+	Retention Retention
 }
 
 // Collector runs collections. It is safe for concurrent use; concurrent runs
 // (in this process or any other) are serialized by the lease: all but one
 // are skipped.
 type Collector struct {
-	db       *database.DB
-	logger   *slog.Logger
-	metrics  *Metrics
-	cleaner  Cleaner
-	leaseTTL time.Duration
-	holder   string
-	signals  Signals
+	db        *database.DB
+	logger    *slog.Logger
+	metrics   *Metrics
+	cleaner   Cleaner
+	leaseTTL  time.Duration
+	holder    string
+	signals   Signals
+	retention Retention
 }
 
 // New returns a Collector on db.
@@ -239,13 +244,14 @@ func New(db *database.DB, cfg Config) *Collector {
 		cfg.Holder = defaultHolder()
 	}
 	return &Collector{
-		db:       db,
-		logger:   cfg.Logger,
-		metrics:  cfg.Metrics,
-		cleaner:  cfg.Cleaner,
-		leaseTTL: cfg.LeaseTTL,
-		holder:   cfg.Holder,
-		signals:  cfg.Signals,
+		db:        db,
+		logger:    cfg.Logger,
+		metrics:   cfg.Metrics,
+		cleaner:   cfg.Cleaner,
+		leaseTTL:  cfg.LeaseTTL,
+		holder:    cfg.Holder,
+		signals:   cfg.Signals,
+		retention: cfg.Retention.withDefaults(),
 	}
 }
 
@@ -411,6 +417,11 @@ func (c *Collector) steps(ctx context.Context, kind Kind, opts Options, r *Run, 
 		}
 		if err != nil {
 			return err
+		}
+		if !opts.DryRun {
+			if err := c.enforceRetention(ctx, opts.BatchSize, log); err != nil {
+				return fmt.Errorf("retention: %w", err)
+			}
 		}
 	}
 	if c.cleaner == nil || opts.DryRun {

@@ -51,6 +51,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("gc: register metrics: %w", err)
 		}
 	}
+	// Every result-labelled series exists from the start at 0, so that
+	// increase(repolock_gc_runs_total{result="failed"}[...]) > 0 fires on
+	// the first failure (a series born at 1 has no increase).
+	for _, kind := range []Kind{KindGC, KindClean} {
+		for _, result := range []Status{StatusSucceeded, StatusFailed, StatusSkipped} {
+			for _, dry := range []string{"false", "true"} {
+				m.runs.WithLabelValues(string(kind), string(result), dry)
+			}
+			if result != StatusSkipped {
+				m.duration.WithLabelValues(string(kind), string(result))
+			}
+		}
+	}
 	return m, nil
 }
 

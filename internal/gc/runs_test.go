@@ -166,6 +166,22 @@ func TestMetrics(t *testing.T) {
 		`repolock_gc_last_success_timestamp_seconds{kind="gc"}`:                0, // checked below
 		"repolock_gc_cleaned_repositories_total":                               0,
 	}
+	// Every other result-labelled series exists at 0 from the start (so an
+	// increase() alert fires on the first failure).
+	for _, kind := range []string{"gc", "clean"} {
+		for _, result := range []string{"succeeded", "failed", "skipped"} {
+			for _, dry := range []string{"false", "true"} {
+				k := fmt.Sprintf(`repolock_gc_runs_total{dry_run="%s",kind="%s",result="%s"}`, dry, kind, result)
+				if _, ok := want[k]; !ok {
+					want[k] = 0
+				}
+			}
+			k := fmt.Sprintf(`repolock_gc_run_duration_seconds_count{kind="%s",result="%s"}`, kind, result)
+			if _, ok := want[k]; !ok && result != "skipped" {
+				want[k] = 0
+			}
+		}
+	}
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok {

@@ -204,6 +204,7 @@ func (s *Server) deleteTenant(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.cfg.Tokens.Flush() // at once here; other processes through the notification
 	s.Logger.InfoContext(c.Request().Context(), "tenant deleted", "user", d.Tenant,
 		"applications", d.Applications, "repository_credentials", d.RepositoryCredentials, "locks_released", d.LocksReleased)
 	return c.JSON(http.StatusOK, d)

@@ -110,7 +110,7 @@ func TestCredentialsAPISecrets(t *testing.T) {
 		}
 		return m
 	}
-	const hint = "store the secret in your secret store and pass its location in secret_ref"
+	const hint = "; remove it, store the secret in your secret store and send its location in secret_ref"
 	for _, field := range []string{"password", "ssh_private_key", "token", "sshPrivateKey", "Password", "bearerToken"} {
 		for _, method := range []string{http.MethodPost, http.MethodPatch} {
 			path := "/v1/repository-credentials"

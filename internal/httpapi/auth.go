@@ -47,11 +47,14 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return repolock.Errorf(repolock.EForbidden, "the admin token cannot act as a tenant; use a tenant token")
 		}
-		u, err := tenants.Authenticate(c.Request().Context(), s.DB, token)
+		u, err := s.cfg.Tokens.Authenticate(c.Request().Context(), s.DB, token)
 		if err != nil {
 			return err
 		}
 		c.Set(ctxKeyTenant, u)
+		if err := s.limitTenant(c, u.ID); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }
@@ -67,7 +70,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		if _, err := tenants.Authenticate(c.Request().Context(), s.DB, token); err == nil {
+		if _, err := s.cfg.Tokens.Authenticate(c.Request().Context(), s.DB, token); err == nil {
 			return repolock.Errorf(repolock.EForbidden, "admin routes need the admin token")
 		}
 		return repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
@@ -84,11 +87,14 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		u, err := tenants.Authenticate(c.Request().Context(), s.DB, token)
+		u, err := s.cfg.Tokens.Authenticate(c.Request().Context(), s.DB, token)
 		if err != nil {
 			return err
 		}
 		c.Set(ctxKeyTenant, u)
+		if err := s.limitTenant(c, u.ID); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }

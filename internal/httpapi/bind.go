@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,8 +9,11 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -18,8 +22,12 @@ import (
 )
 
 // DecodeJSON decodes the request body into v strictly: the content type must
-// be JSON, unknown fields and trailing data are rejected, and a body over the
-// limit is 413.
+// be JSON, the body valid UTF-8, field names must match v's json tags exactly
+// (encoding/json alone matches them case-insensitively), a duplicate key is
+// refused (encoding/json alone keeps the last), so are unknown fields and
+// trailing data; every string (keys included) must pass
+// repolock.ValidateText (fields tagged `text:"multiline"` may hold tab, CR
+// and LF). A body over the limit is 413.
 func DecodeJSON(c echo.Context, v any) error {
 	req := c.Request()
 	ct := req.Header.Get(echo.HeaderContentType)
@@ -30,19 +38,169 @@ func DecodeJSON(c echo.Context, v any) error {
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 		return repolock.Errorf(repolock.EUnsupportedMedia, "Content-Type must be application/json")
 	}
-	dec := json.NewDecoder(req.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
 		return jsonError(err)
 	}
-	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return jsonError(err)
-		}
+	return decodeStrict(body, v)
+}
+
+// decodeStrict is DecodeJSON after the body is read.
+func decodeStrict(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return jsonError(io.EOF)
+	}
+	if !utf8.Valid(body) {
+		return repolock.Errorf(repolock.EInvalid, "request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := scanValue(dec, reflect.TypeOf(v), "request body", repolock.SingleLine); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return repolock.Errorf(repolock.EInvalid, "request body must hold a single JSON value")
 	}
+	full := json.NewDecoder(bytes.NewReader(body))
+	full.DisallowUnknownFields()
+	if err := full.Decode(v); err != nil {
+		return jsonError(err)
+	}
 	return nil
+}
+
+// scanValue reads one JSON value from dec, checking it against t (nil: any
+// type): object keys must be unique and, for structs, exactly a field's json
+// name; strings must be text of the given mode.
+func scanValue(dec *json.Decoder, t reflect.Type, field string, mode repolock.TextMode) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return scanError(err)
+	}
+	switch tok := tok.(type) {
+	case string:
+		return repolock.ValidateText(field, tok, mode)
+	case json.Delim:
+		switch tok {
+		case '{':
+			var fields map[string]jsonField
+			var elem reflect.Type
+			if t != nil && t.Kind() == reflect.Struct && t != rawMessageType {
+				fields = structFields(t)
+			} else if t != nil && t.Kind() == reflect.Map {
+				elem = t.Elem()
+			}
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return scanError(err)
+				}
+				key, _ := kt.(string)
+				if err := repolock.ValidateText("a field name", key, repolock.SingleLine); err != nil {
+					return err
+				}
+				if seen[key] {
+					return repolock.Errorf(repolock.EInvalid, "duplicate field %q", key)
+				}
+				seen[key] = true
+				ft, fmode := elem, mode
+				if fields != nil {
+					f, ok := fields[key]
+					if !ok {
+						return &repolock.Error{Code: repolock.EInvalid, Message: fmt.Sprintf("unknown field %q", key),
+							Err: fmt.Errorf("json: unknown field %q", key)}
+					}
+					ft, fmode = f.typ, f.mode
+				}
+				if err := scanValue(dec, ft, key, fmode); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return scanError(err)
+			}
+		case '[':
+			var elem reflect.Type
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && t != rawMessageType {
+				elem = t.Elem()
+			}
+			for dec.More() {
+				if err := scanValue(dec, elem, field, mode); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return scanError(err)
+			}
+		}
+	}
+	return nil
+}
+
+// scanError is jsonError where the body is known to be non-empty: an end
+// of input inside a value is an unexpected end.
+func scanError(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return jsonError(err)
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+type jsonField struct {
+	typ  reflect.Type
+	mode repolock.TextMode
+}
+
+var fieldCache sync.Map // reflect.Type -> map[string]jsonField
+
+// structFields returns the exact JSON names of t's fields (embedded structs
+// flattened, as encoding/json does).
+func structFields(t reflect.Type) map[string]jsonField {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]jsonField)
+	}
+	m := map[string]jsonField{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range structFields(ft) {
+					if _, dup := m[k]; !dup {
+						m[k] = v
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		mode := repolock.SingleLine
+		if f.Tag.Get("text") == "multiline" {
+			mode = repolock.MultiLine
+		}
+		m[name] = jsonField{typ: f.Type, mode: mode}
+	}
+	fieldCache.Store(t, m)
+	return m
 }
 
 func jsonError(err error) error {

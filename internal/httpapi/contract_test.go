@@ -11,8 +11,7 @@ import (
 // contract on a documented operation, through apiEnv.send, so that each one
 // is validated against api/openapi.yaml (the status must be declared for
 // the operation and the body must be the error shape with a documented
-// code). 429 is not produced yet: no handler answers it until rate limiting
-// (issue 13) lands.
+// code). 429 is produced (and validated the same way) by TestRateLimit.
 func TestErrorStatusesAgainstContract(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t)

@@ -3,13 +3,19 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
 )
+
+// RetryAfterSeconds is the Retry-After of every 503: short, since a
+// replica reconnects within a second of the database's return.
+const RetryAfterSeconds = "1"
 
 // statusByCode is the single mapping from domain error codes to HTTP status.
 var statusByCode = map[repolock.Code]int{
@@ -51,17 +57,24 @@ var codeByStatus = map[int]repolock.Code{
 func (s *Server) allowedMethods(c echo.Context) []string {
 	var allowed []string
 	path := c.Request().URL.Path
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == c.Request().Method {
 			continue
 		}
 		probe := s.Echo.NewContext(c.Request(), nil)
 		s.Echo.Router().Find(m, path, probe)
-		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") {
+		// The router marks a path that matched without this method with
+		// the Allow key (and answers 405); only a real match counts.
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil {
 			allowed = append(allowed, m)
 		}
 	}
 	return allowed
+}
+
+// methodNotAllowedMessage is the one message of every 405.
+func methodNotAllowedMessage(method string, allowed []string) string {
+	return "method " + methodLabel(method) + " is not allowed here; allowed: " + strings.Join(allowed, ", ")
 }
 
 // StatusFor returns the HTTP status of a domain error code.
@@ -105,17 +118,28 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		if status == http.StatusNotFound && he == echo.ErrNotFound {
 			message = "no such route"
-			// Echo answers 404 for a wrong method on a route that exists
-			// (group middleware registers catch-all routes); say 405.
+		}
+		// Echo answers 404 for a wrong method on a route that exists
+		// (group middleware registers catch-all routes) and 405 with its
+		// own text otherwise: both leave as one 405 shape.
+		if (status == http.StatusNotFound && he == echo.ErrNotFound) || status == http.StatusMethodNotAllowed {
 			if allowed := s.allowedMethods(c); len(allowed) > 0 {
 				status, code = http.StatusMethodNotAllowed, repolock.EMethodNotAllowed
-				message = "method " + c.Request().Method + " is not allowed here; allowed: " + strings.Join(allowed, ", ")
+				message = methodNotAllowedMessage(c.Request().Method, allowed)
 				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allowed, ", "))
 			}
 		}
 	case errors.Is(err, context.DeadlineExceeded):
 		code, status, message = repolock.ETimeout, http.StatusGatewayTimeout, "the request timed out"
 	default:
+		if repolock.ErrorCode(err) == repolock.EInternal && database.IsConnectionError(err) &&
+			!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			// A database error a domain package forgot to map: an
+			// outage is never a 500. (EOF is left out: it may come
+			// from a request body; the driver reports a lost
+			// connection as driver.ErrBadConn or a network error.)
+			err = database.MapError(err)
+		}
 		code = repolock.ErrorCode(err)
 		status = StatusFor(code)
 		message = repolock.ErrorMessage(err)
@@ -123,6 +147,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 		if code == repolock.EInternal {
 			message = "internal error"
 			details = nil
+		}
+	}
+	if status == http.StatusServiceUnavailable {
+		// Every 503 says when to come back (docs/operations.md).
+		c.Response().Header().Set("Retry-After", RetryAfterSeconds)
+		if database.IsConnectionError(err) {
+			// The pooled connections are most likely broken too:
+			// discard them rather than hand them out one by one.
+			s.DB.DiscardIdle()
 		}
 	}
 	if status >= 500 {

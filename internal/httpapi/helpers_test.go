@@ -30,7 +30,7 @@ const adminToken = "rla_test_admin_token"
 // fresh, fully migrated database, with the database at hand for seeding and
 // checking rows. Every test of the package uses it.
 type apiEnv struct {
-	t  *testing.T
+	t  testing.TB
 	ts *httptest.Server
 	db *database.DB
 	// logs holds the server's JSON logs (debug level and up) when the env
@@ -71,7 +71,7 @@ func withLogs() envOption {
 	}
 }
 
-func newAPIEnv(t *testing.T, opts ...envOption) *apiEnv {
+func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 	t.Helper()
 	// dbtest pools are already capped (dbtest.PoolSize): max_connections is
 	// shared by every test process, so do not raise them here.
@@ -266,7 +266,7 @@ func errorOf(resp map[string]any) map[string]any {
 
 // expectError checks status, code and (when msg is not empty) the exact
 // message.
-func expectError(t *testing.T, what string, status int, resp map[string]any, wantStatus int, wantCode, wantMsg string) {
+func expectError(t testing.TB, what string, status int, resp map[string]any, wantStatus int, wantCode, wantMsg string) {
 	t.Helper()
 	e := errorOf(resp)
 	if status != wantStatus || e["code"] != wantCode || (wantMsg != "" && e["message"] != wantMsg) {
@@ -274,7 +274,7 @@ func expectError(t *testing.T, what string, status int, resp map[string]any, wan
 	}
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -57,7 +57,7 @@ func (s *Server) acquireLock(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	key, err := normalize.RepoURL(req.RepoURL)
+	key, err := normalize.FromContext(c.Request().Context()).RepoURL(req.RepoURL)
 	if err != nil {
 		return repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}

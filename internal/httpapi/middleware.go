@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repolock/repolock"
@@ -45,23 +45,101 @@ const headerRequestID = echo.HeaderXRequestID
 func requestID(c echo.Context) string { return c.Response().Header().Get(headerRequestID) }
 
 // middlewares returns the chain every request passes through, outermost
-// first: request ID, access log + metrics, recover, body limit, timeout.
+// first: request ID, access log + metrics, recover, body limit, timeout,
+// text check of the path and query parameters.
 func (s *Server) middlewares() []echo.MiddlewareFunc {
 	return []echo.MiddlewareFunc{
-		middleware.RequestIDWithConfig(middleware.RequestIDConfig{
-			// Accept a caller's ID only when it is short and printable.
-			Generator: func() string { return newRequestID() },
-			RequestIDHandler: func(c echo.Context, id string) {
-				if len(id) > 128 {
-					c.Response().Header().Set(headerRequestID, newRequestID())
-				}
-			},
-		}),
+		s.requestID,
 		s.accessLog,
 		s.recoverPanic,
 		s.limitBody,
 		s.timeout,
+		s.checkParams,
+		s.withNormalizer,
 	}
+}
+
+// MaxRequestIDLen bounds a caller's X-Request-ID.
+const MaxRequestIDLen = 128
+
+// validRequestID reports whether a caller's X-Request-ID may be echoed:
+// 1..MaxRequestIDLen characters of letters, digits and "-_.:".
+func validRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch b := id[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '-', b == '_', b == '.', b == ':':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// requestID echoes the caller's X-Request-ID when it is made of the safe
+// set (validRequestID) and generates one otherwise.
+func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(headerRequestID)
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		c.Response().Header().Set(headerRequestID, id)
+		return next(c)
+	}
+}
+
+// checkParams refuses, with 400 invalid_argument, a path or query parameter
+// that is not text (repolock.ValidateText: NUL, invalid UTF-8 or control
+// characters), once for every route, before authentication and handlers.
+func (s *Server) checkParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for _, name := range c.ParamNames() {
+			if name == "*" {
+				continue
+			}
+			v, err := pathParam(c, name)
+			if err != nil {
+				return err
+			}
+			if err := repolock.ValidateText("path parameter "+name, v, repolock.SingleLine); err != nil {
+				return err
+			}
+		}
+		if c.Request().URL.RawQuery != "" {
+			q, err := url.ParseQuery(c.Request().URL.RawQuery)
+			if err != nil {
+				return repolock.Errorf(repolock.EInvalid, "the query string is not validly escaped")
+			}
+			for name, vs := range q {
+				if err := repolock.ValidateText("a query parameter name", name, repolock.SingleLine); err != nil {
+					return err
+				}
+				for _, v := range vs {
+					if err := repolock.ValidateText("query parameter "+name, v, repolock.SingleLine); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return next(c)
+	}
+}
+
+// knownMethods are the values the method label of the HTTP metrics takes;
+// anything else is counted as OTHER (a caller must not create series).
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "OTHER"
 }
 
 // accessLog logs one structured line per request and records its metrics.
@@ -80,10 +158,11 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		method := c.Request().Method
-		s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-		s.metrics.duration.WithLabelValues(method, route, strconv.Itoa(status)).Observe(elapsed.Seconds())
+		label := methodLabel(method)
+		s.metrics.requests.WithLabelValues(label, route, strconv.Itoa(status)).Inc()
+		s.metrics.duration.WithLabelValues(label, route, strconv.Itoa(status)).Observe(elapsed.Seconds())
 		attrs := []any{
-			"method", method,
+			"method", label,
 			"route", route,
 			"path", c.Request().URL.Path,
 			"status", status,

@@ -27,11 +27,12 @@ func (s *Server) normalizeURL(c echo.Context) error {
 	if !ok || len(raw) != 1 {
 		return repolock.Errorf(repolock.EInvalid, "exactly one url query parameter is required")
 	}
-	key, err := normalize.RepoURL(raw[0])
+	n := normalize.FromContext(c.Request().Context())
+	key, err := n.RepoURL(raw[0])
 	if err != nil {
 		return err
 	}
-	input, err := normalize.StripUserInfo(raw[0])
+	input, err := n.StripUserInfo(raw[0])
 	if err != nil {
 		return err
 	}

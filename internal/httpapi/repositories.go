@@ -199,11 +199,11 @@ func (h repoHandlers) deleteBranch(c echo.Context) error {
 }
 
 type commitRequest struct {
-	Message string `json:"message"`
+	Message string `json:"message" text:"multiline"`
 	// Committer defaults to the tenant's name.
 	Committer   string            `json:"committer"`
 	MetaRangeID string            `json:"meta_range_id"`
-	Metadata    map[string]string `json:"metadata"`
+	Metadata    map[string]string `json:"metadata" text:"multiline"`
 }
 
 func (h repoHandlers) commit(c echo.Context) error {

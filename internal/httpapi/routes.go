@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -16,9 +17,13 @@ import (
 func (s *Server) routes() {
 	e := s.Echo
 	e.Use(s.middlewares()...)
+	e.Use(s.requireReady)
 
 	e.GET("/healthz", s.healthz)
+	e.HEAD("/healthz", bodyless(s.healthz))
 	e.GET("/readyz", s.readyz)
+	e.HEAD("/readyz", bodyless(s.readyz))
+	e.GET("/version", s.version)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})))
 
 	s.V1 = e.Group("/v1")
@@ -37,6 +42,7 @@ func (s *Server) routes() {
 	s.registerGCRoutes()
 	s.registerReportRoutes()
 	s.registerSyncRoutes()
+	s.registerRekeyRoutes()
 	s.registerOpenAPIRoutes()
 }
 
@@ -44,12 +50,51 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// bodyless answers HEAD with h's status and headers and no body.
+func bodyless(h echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Writer = discardBody{c.Response().Writer}
+		return h(c)
+	}
+}
+
+type discardBody struct{ http.ResponseWriter }
+
+func (discardBody) Write(p []byte) (int, error) { return len(p), nil }
+
+func (s *Server) version(c echo.Context) error {
+	return c.JSON(http.StatusOK, Version())
+}
+
 func (s *Server) readyz(c echo.Context) error {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			return repolock.Errorf(repolock.EUnavailable, "not ready: %s", err.Error())
+		}
+	}
 	if err := s.DB.Ping(c.Request().Context(), 2*time.Second); err != nil {
 		s.Logger.Warn("readiness check failed", "error", err.Error())
 		return repolock.Errorf(repolock.EUnavailable, "database is not reachable")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// requireReady answers 503 on every route but the probes, the metrics and
+// the API document until Config.Ready says the process is ready.
+func (s *Server) requireReady(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.cfg.Ready == nil {
+			return next(c)
+		}
+		switch c.Request().URL.Path {
+		case "/healthz", "/readyz", "/metrics", "/openapi.yaml", "/openapi.json":
+			return next(c)
+		}
+		if err := s.cfg.Ready(); err != nil {
+			return repolock.Errorf(repolock.EUnavailable, "the service is starting: %s; try again", err.Error())
+		}
+		return next(c)
+	}
 }
 
 func (s *Server) me(c echo.Context) error {
@@ -79,11 +124,23 @@ func (s *Server) createTenant(c echo.Context) error {
 }
 
 func (s *Server) listTenants(c echo.Context) error {
-	us, err := tenants.List(c.Request().Context(), s.DB)
+	after, size, err := listParams(c, pagetoken.KindTenants, "")
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ListResponse[tenants.Tenant]{Items: us})
+	us, err := tenants.ListAfter(c.Request().Context(), s.DB, after, size+1)
+	if err != nil {
+		return err
+	}
+	more := len(us) > size
+	if more {
+		us = us[:size]
+	}
+	next := ""
+	if more {
+		next = nameToken(pagetoken.KindTenants, "", us[len(us)-1].Name, true)
+	}
+	return c.JSON(http.StatusOK, ListResponse[tenants.Tenant]{Items: us, NextPageToken: next})
 }
 
 func (s *Server) revokeTokens(c echo.Context) error {
@@ -91,6 +148,9 @@ func (s *Server) revokeTokens(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// At once in this process; the other processes hear of it through
+	// the notification of the revoking transaction.
+	s.cfg.Tokens.Flush()
 	return c.JSON(http.StatusOK, map[string]int64{"revoked": n})
 }
 

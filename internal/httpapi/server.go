@@ -21,6 +21,7 @@ import (
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // Config configures a Server. The caller (cmd/api) builds every service the
@@ -36,6 +37,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// BodyLimit caps request bodies in bytes (default 1 MiB).
 	BodyLimit int64
+	// RateLimit is each tenant's sustained request rate per second (token
+	// bucket; 0 = DefaultRateLimit, negative = unlimited) and RateBurst the
+	// bucket size (0 = DefaultRateBurst). The admin token is not limited.
+	RateLimit float64
+	RateBurst int
 	// Registry is the process's metrics registry, owned by the caller: the
 	// server registers its HTTP and database pool metrics on it (once; a
 	// second server on the same registry is an error) and serves it on
@@ -45,12 +51,26 @@ type Config struct {
 	Repositories *repostate.Service
 	// Sync serves /v1/sync (internal/syncstate). Required.
 	Sync *syncstate.Store
+	// Tokens caches token -> tenant (internal/tenants.Cache). Nil: every
+	// request asks the database.
+	Tokens *tenants.Cache
+	// Ready reports whether the process is ready to serve API routes: nil
+	// when it is, else why not (for example: the database has not
+	// answered yet, migrations are pending). Until it returns nil every
+	// route but /healthz, /readyz, /metrics and /openapi.* answers 503
+	// unavailable with Retry-After, and /readyz answers 503. Nil means
+	// always ready.
+	Ready func() error
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
 	// ReportsDB, when set, is a read replica the report routes read from
 	// (REPORTS_DATABASE_URL); nil means DB. Optional.
 	ReportsDB *database.DB
+	// Normalizers gives the normalizer with the deployment's configured
+	// aliases (cmd/api: a *rekey.Source, loaded at start and refreshed).
+	// Nil: the built-in rules only.
+	Normalizers Normalizers
 }
 
 // Server is the HTTP API.
@@ -66,6 +86,7 @@ type Server struct {
 
 	cfg     Config
 	metrics *httpMetrics
+	limiter *tenantLimiter
 }
 
 // New builds a Server with every route registered.
@@ -107,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 		Registry: cfg.Registry,
 		cfg:      cfg,
 		metrics:  metrics,
+		limiter:  newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
 	}
 	e.HTTPErrorHandler = s.handleError
 	s.routes()

@@ -27,6 +27,7 @@ package locks
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,6 +58,7 @@ const (
 	EventDenied    = "denied"    // a tenant asked for a URL another tenant owns
 	EventReleased  = "released"  // a lock lost its last reference (or its tenant was deleted)
 	EventCollected = "collected" // the global GC deleted an unreferenced lock
+	EventRekeyed   = "rekeyed"   // re-keying moved references of an older lock (rekeyed_from) to this one
 )
 
 // eventColumns are the columns every event insert fills.
@@ -79,9 +81,14 @@ func ClaimedError(owner string) error {
 	}
 }
 
-// ValidateKey checks that key is canonical: normalize.RepoURL(key) == key.
-func ValidateKey(key string) error {
-	k, err := normalize.RepoURL(key)
+// ValidateKey checks that key is canonical under the built-in rules:
+// normalize.RepoURL(key) == key.
+func ValidateKey(key string) error { return ValidateKeyWith(normalize.Default(), key) }
+
+// ValidateKeyWith checks that key is canonical under n's rules (with its
+// configured aliases): n.RepoURL(key) == key.
+func ValidateKeyWith(n *normalize.Normalizer, key string) error {
+	k, err := n.RepoURL(key)
 	if err != nil {
 		return err
 	}
@@ -106,11 +113,12 @@ func validateTenantID(id string) error {
 // lock and lock_event. Statements that create a lock together with the rows
 // that reference it (internal/apps) start with "WITH " + NewLockCTE and
 // select from lock, which is empty when the URL is already taken.
-// Parameters: $1 the normalized key, $2 normalize.Version, $3 the acquiring
-// user's id.
+// Parameters: $1 the normalized key, $2 the rule set (RuleSet: the
+// normalizer version, or "version:fingerprint" under configured aliases; a
+// bare normalize.Version works too), $3 the acquiring user's id.
 const NewLockCTE = `lock AS (
-	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
-	VALUES ($1, $2, $3)
+	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id)
+	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3)
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
 ), lock_event AS (
@@ -131,17 +139,29 @@ SELECT id FROM RepositoryLockOwner
 WHERE git_repository_url = $1 AND cluster_user_id = $2
 FOR KEY SHARE`
 
+// DenialWindow is the window repeated denials coalesce in: the denials of
+// one tenant for one URL within one window (aligned to the Unix epoch) are
+// one "denied" row whose count grows, so a tenant retrying in a loop writes
+// one row per window, not one per request.
+const DenialWindow = time.Hour
+
 // deniedSQL finds another tenant's lock on a URL and records the denial, in
-// one round trip.
+// one round trip: the first denial of the window inserts the row, the next
+// ones count on it (INSERT ... ON CONFLICT on the unique index of
+// (tenant, URL, window), so concurrent denials cannot insert twice).
 const deniedSQL = `
 WITH owner AS (
 	SELECT o.id, o.cluster_user_id, u.name
 	FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 	WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2
 ), event AS (
-	INSERT INTO ` + eventColumns + `
-	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name
+	INSERT INTO repository_lock_events AS e
+		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, denial_window)
+	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name,
+		date_bin(make_interval(secs => $3), now(), timestamptz '1970-01-01 00:00:00+00')
 	FROM owner
+	ON CONFLICT (cluster_user_id, git_repository_url, denial_window) WHERE event = '` + EventDenied + `' AND denial_window IS NOT NULL
+	DO UPDATE SET count = e.count + 1, last_at = now()
 )
 SELECT name FROM owner`
 
@@ -155,8 +175,20 @@ type Acquisition struct {
 	Owner string
 }
 
+// RuleSet is the rule set n keys under, as NewLockCTE's $2 takes it and a
+// lock stores it: normalize.Version, plus ":" and n.Fingerprint() when n has
+// configured aliases ("2", "2:0123456789abcdef").
+func RuleSet(n *normalize.Normalizer) string {
+	if f := n.Fingerprint(); f != "" {
+		return strconv.Itoa(normalize.Version) + ":" + f
+	}
+	return strconv.Itoa(normalize.Version)
+}
+
 // AcquireRepositoryCredentialURL acquires the lock on the normalized
-// repository URL key for the tenant whose id is tenantID.
+// repository URL key for the tenant whose id is tenantID. The key is checked,
+// and a new lock's rule set recorded, under the normalizer of ctx
+// (normalize.FromContext).
 //
 //   - The URL is free: a lock is created (and an "acquired" event recorded);
 //     it returns {LockID: id, Acquired: true}. This is one statement.
@@ -178,12 +210,13 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 	if err := validateTenantID(tenantID); err != nil {
 		return Acquisition{}, err
 	}
-	if err := ValidateKey(key); err != nil {
+	n := normalize.FromContext(ctx)
+	if err := ValidateKeyWith(n, key); err != nil {
 		return Acquisition{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
 		var lockID, owner string
-		err := get(ctx, q, &lockID, insertLockSQL, key, normalize.Version, tenantID)
+		err := get(ctx, q, &lockID, insertLockSQL, key, RuleSet(n), tenantID)
 		if err == nil {
 			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
@@ -199,7 +232,7 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)
 		}
-		err = get(ctx, q, &owner, deniedSQL, key, tenantID)
+		err = get(ctx, q, &owner, deniedSQL, key, tenantID, DenialWindow.Seconds())
 		if err == nil {
 			return Acquisition{Owner: owner}, nil
 		}
@@ -347,7 +380,7 @@ type Owner struct {
 // whoever asks.
 func OwnerOf(ctx context.Context, q database.Querier, key string) (_ Owner, err error) {
 	defer repolock.WrapOp(&err, "locks.OwnerOf")
-	if err := ValidateKey(key); err != nil {
+	if err := ValidateKeyWith(normalize.FromContext(ctx), key); err != nil {
 		return Owner{}, err
 	}
 	var o Owner

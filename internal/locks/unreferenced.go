@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"time"
 
 	"github.com/lib/pq"
 
@@ -79,4 +80,29 @@ func ReleaseAllForTenant(ctx context.Context, q database.Querier, tenantID, tena
 		)
 		SELECT count(*) FROM gone`, tenantID, tenantName)
 	return n, database.MapError(err)
+}
+
+// DeleteOldEvents deletes at most limit lock events whose last occurrence
+// (last_at of a coalesced denial, else created_at) is more than olderThan
+// ago, oldest first, and returns how many it deleted: one batch of the GC's
+// retention. It says so to the audit trigger (SET LOCAL
+// repolock.retention), so q must be a transaction.
+func DeleteOldEvents(ctx context.Context, q database.Querier, olderThan time.Duration, limit int) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "locks.DeleteOldEvents")
+	if _, err := q.ExecContext(ctx, `SET LOCAL repolock.retention = 'on'`); err != nil {
+		return 0, database.MapError(err)
+	}
+	// Served by repository_lock_events_created_at_idx (last_at is never
+	// before created_at, so created_at < cutoff bounds the scan).
+	res, err := q.ExecContext(ctx, `
+		DELETE FROM repository_lock_events WHERE id IN (
+			SELECT id FROM repository_lock_events
+			WHERE created_at < now() - make_interval(secs => $1)
+			  AND COALESCE(last_at, created_at) < now() - make_interval(secs => $1)
+			ORDER BY created_at
+			LIMIT $2)`, olderThan.Seconds(), limit)
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	return res.RowsAffected()
 }

@@ -158,3 +158,32 @@ func TestParseKeyOnlyReadsKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestFingerprint(t *testing.T) {
+	gl := Alias{From: Endpoint{Host: "gitlab.example.com", Port: 2222}, To: Endpoint{Host: "gitlab.example.com"}}
+	bb := Alias{From: Endpoint{Host: "bitbucket.example.com", Port: 7999}, To: Endpoint{Host: "bitbucket.example.com", Prefix: "scm"}}
+	a, err := New(Rules{Aliases: []Alias{gl, bb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Rules{Aliases: []Alias{bb, gl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Rules{Aliases: []Alias{gl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Default().Fingerprint(); got != "" {
+		t.Errorf("Default().Fingerprint() = %q, want \"\"", got)
+	}
+	if a.Fingerprint() != b.Fingerprint() {
+		t.Errorf("fingerprint depends on order: %q vs %q", a.Fingerprint(), b.Fingerprint())
+	}
+	if len(a.Fingerprint()) != 16 || a.Fingerprint() == c.Fingerprint() {
+		t.Errorf("fingerprints %q, %q: want 16 hex digits, different sets differ", a.Fingerprint(), c.Fingerprint())
+	}
+	if FromContext(t.Context()) != Default() || FromContext(NewContext(t.Context(), c)) != c {
+		t.Error("FromContext does not return what NewContext stored, or Default without one")
+	}
+}

@@ -182,6 +182,7 @@ const (
 	KindCommits               = "commits"
 	KindSyncHosts             = "sync_hosts"
 	KindSyncRepos             = "sync_repos"
+	KindTenants               = "tenants"
 )
 
 // DecodeTimeID decodes a (created_at, id) token; the empty token is Start().

@@ -1,5 +1,6 @@
 // Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql
-// (ownership, locks, orphan_locks, denials, gc_runs; documented in
+// and 000006_rekey.up.sql (ownership, locks, orphan_locks, denials, gc_runs,
+// normalizer_versions, rekey_conflicts; documented in
 // docs/reporting.md) as streamed table, CSV or JSON output. The views are
 // readable by the repolock_reporting role, so a BI tool can read them without
 // the service.
@@ -45,6 +46,10 @@ var reports = []Report{
 		Description: "refused claims of the last 30 days: who asked, who owns, which key, when"},
 	{Name: "gc_runs", View: "report_gc_runs", orderBy: "started_at DESC, run_id DESC",
 		Description: "recorded GC and clean runs, newest first"},
+	{Name: "normalizer_versions", View: "report_normalizer_versions", orderBy: "normalizer_version, normalizer_rules",
+		Description: "locks per normalizer version and alias fingerprint (stale ones are re-keyed by `api rekey`)"},
+	{Name: "rekey_conflicts", View: "report_rekey_conflicts", orderBy: "detected_at, conflict_id",
+		Description: "open re-keying conflicts and rejected URLs: both tenants, both URLs, the new key"},
 }
 
 // All returns every report.

@@ -259,13 +259,14 @@ func TestReportViews(t *testing.T) {
 		},
 		{
 			report:   "denials",
-			wantCols: []string{"event_id", "denied_at", "git_repository_url", "requested_by_id", "requested_by", "owner_id", "owner_name"},
+			wantCols: []string{"event_id", "denied_at", "git_repository_url", "requested_by_id", "requested_by", "owner_id", "owner_name", "denials", "last_denied_at"},
 			wantItems: func() []map[string]any {
 				var out []map[string]any
 				for _, d := range w.denials {
 					out = append(out, map[string]any{
 						"event_id": num(d.id), "denied_at": ts(d.at), "git_repository_url": d.url,
 						"requested_by_id": d.requesterID, "requested_by": d.request, "owner_id": d.ownerID, "owner_name": d.owner,
+						"denials": num(1), "last_denied_at": ts(d.at),
 					})
 				}
 				return out
@@ -350,11 +351,11 @@ func TestReportFormats(t *testing.T) {
 			alice + "  alice        1      1             0            0\n"},
 		{"ownership", reports.FormatJSON, 1, `{"report":"ownership","columns":["tenant_id","tenant_name","locks","applications","credentials","unreferenced_locks"],"items":[` +
 			`{"tenant_id":"` + alice + `","tenant_name":"alice","locks":1,"applications":1,"credentials":0,"unreferenced_locks":0}]}` + "\n"},
-		{"denials", reports.FormatCSV, 0, "event_id,denied_at,git_repository_url,requested_by_id,requested_by,owner_id,owner_name\n" +
-			fmt.Sprintf("%d,%s,git.example.com/a/x,%s,\"bob, \"\"the\"\" builder\",%s,alice\n", ev.ID, ts(ev.At), bob, alice)},
-		{"denials", reports.FormatJSON, 0, fmt.Sprintf(`{"report":"denials","columns":["event_id","denied_at","git_repository_url","requested_by_id","requested_by","owner_id","owner_name"],"items":[`+
-			`{"event_id":%d,"denied_at":"%s","git_repository_url":"git.example.com/a/x","requested_by_id":"%s","requested_by":"bob, \"the\" builder","owner_id":"%s","owner_name":"alice"}]}`+"\n",
-			ev.ID, ts(ev.At), bob, alice)},
+		{"denials", reports.FormatCSV, 0, "event_id,denied_at,git_repository_url,requested_by_id,requested_by,owner_id,owner_name,denials,last_denied_at\n" +
+			fmt.Sprintf("%d,%s,git.example.com/a/x,%s,\"bob, \"\"the\"\" builder\",%s,alice,1,%s\n", ev.ID, ts(ev.At), bob, alice, ts(ev.At))},
+		{"denials", reports.FormatJSON, 0, fmt.Sprintf(`{"report":"denials","columns":["event_id","denied_at","git_repository_url","requested_by_id","requested_by","owner_id","owner_name","denials","last_denied_at"],"items":[`+
+			`{"event_id":%d,"denied_at":"%s","git_repository_url":"git.example.com/a/x","requested_by_id":"%s","requested_by":"bob, \"the\" builder","owner_id":"%s","owner_name":"alice","denials":1,"last_denied_at":"%s"}]}`+"\n",
+			ev.ID, ts(ev.At), bob, alice, ts(ev.At))},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s limit %d", tt.report, tt.format, tt.limit), func(t *testing.T) {
@@ -381,12 +382,12 @@ func TestUnknownReport(t *testing.T) {
 	if repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("err = %v, want not_found", err)
 	}
-	want := `no report named "users; DROP TABLE x"; valid names: ownership, locks, orphan_locks, denials, gc_runs`
+	want := `no report named "users; DROP TABLE x"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts`
 	if msg := repolock.ErrorMessage(err); msg != want {
 		t.Fatalf("message = %q, want %q", msg, want)
 	}
 	names := repolock.ErrorDetails(err)["valid_names"]
-	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs"}) {
+	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts"}) {
 		t.Fatalf("valid_names = %v", names)
 	}
 	if _, err := reports.Open(context.Background(), db, "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
@@ -422,8 +423,23 @@ func TestReportingRole(t *testing.T) {
 			t.Fatalf("%s as repolock_reporting: %d rows, err %v; owner sees %d", v, asRole, err, asOwner)
 		}
 	}
+	// The re-keying views (migration 000006) are readable too.
+	for _, v := range []string{"report_normalizer_versions", "report_rekey_conflicts"} {
+		err := db.WithTx(ctx, func(tx database.Tx) error {
+			if _, err := tx.ExecContext(ctx, `SET LOCAL ROLE repolock_reporting`); err != nil {
+				return err
+			}
+			var n int
+			return tx.GetContext(ctx, &n, `SELECT count(*) FROM `+v)
+		})
+		if err != nil {
+			t.Fatalf("%s as repolock_reporting: %v", v, err)
+		}
+	}
 	// Tables are off limits, and the views are read-only for it.
 	for _, q := range []string{
+		`SELECT count(*) FROM rekey_conflicts`,
+		`SELECT count(*) FROM normalizer_aliases`,
 		`SELECT count(*) FROM applications`,
 		`SELECT count(*) FROM RepositoryLockOwner`,
 		`SELECT count(*) FROM api_tokens`,
@@ -449,7 +465,8 @@ func TestReportingRole(t *testing.T) {
 		ORDER BY table_name, privilege_type`); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"report_denials:SELECT", "report_gc_runs:SELECT", "report_locks:SELECT", "report_orphan_locks:SELECT", "report_ownership:SELECT"}
+	want := []string{"report_denials:SELECT", "report_gc_runs:SELECT", "report_locks:SELECT", "report_normalizer_versions:SELECT",
+		"report_orphan_locks:SELECT", "report_ownership:SELECT", "report_rekey_conflicts:SELECT"}
 	if !slices.Equal(grants, want) {
 		t.Fatalf("grants = %v, want %v", grants, want)
 	}

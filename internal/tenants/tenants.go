@@ -65,6 +65,9 @@ func Create(ctx context.Context, db *database.DB, name, displayName string) (_ T
 	if err := ValidateName(name); err != nil {
 		return Tenant{}, "", err
 	}
+	if err := repolock.ValidateText("display_name", displayName, repolock.SingleLine); err != nil {
+		return Tenant{}, "", err
+	}
 	if len(displayName) > 200 {
 		return Tenant{}, "", repolock.Errorf(repolock.EInvalid, "display_name must be at most 200 characters")
 	}
@@ -127,6 +130,17 @@ func List(ctx context.Context, q database.Querier) (_ []Tenant, err error) {
 	defer repolock.WrapOp(&err, "tenants.List")
 	us := []Tenant{}
 	err = q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
+	return us, database.MapError(err)
+}
+
+// ListAfter returns at most limit tenants whose name sorts after after
+// ("" for the first), ordered by name: one page of the admin list.
+func ListAfter(ctx context.Context, q database.Querier, after string, limit int) (_ []Tenant, err error) {
+	defer repolock.WrapOp(&err, "tenants.ListAfter")
+	us := []Tenant{}
+	// Served by the unique index on cluster_users (name).
+	err = q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users
+		WHERE name > $1 ORDER BY name LIMIT $2`, after, limit)
 	return us, database.MapError(err)
 }
 

@@ -382,7 +382,9 @@ func runCapture(args []string) error {
 
 func waitHealthy(ctx context.Context, base string) error {
 	for {
-		resp, err := http.Get(base + "/healthz")
+		// /readyz: serve listens before the database answered and its
+		// migrations ran.
+		resp, err := http.Get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -14,6 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
@@ -34,7 +35,12 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 	}
 	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger,
 		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})
+	aliases, err := rekey.NewSource(context.Background(), db, logger)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return httpapi.Config{
+		Normalizers:  aliases,
 		DB:           db,
 		Logger:       logger,
 		AdminToken:   adminToken,

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+)
+
+// cli runs the api binary's run() in-process with the given environment.
+func cli(t *testing.T, envv map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb syncBuffer
+	e := &env{stdout: &out, stderr: &errb, getenv: func(k string) string { return envv[k] }}
+	code = run(context.Background(), e, args)
+	return code, out.String(), errb.String()
+}
+
+// TestStrictEnvironment: every environment variable is parsed as strictly
+// as its flag: a value that does not parse stops the command with exit 2
+// and a message naming the variable and the accepted form, before anything
+// connects (no database is given).
+func TestStrictEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		key  string
+		val  string
+		want string
+	}{
+		{[]string{"gc"}, "GC_MIN_AGE", "5", `invalid GC_MIN_AGE="5": want a duration with a unit, such as 30s, 5m or 1h30m`},
+		{[]string{"gc"}, "GC_BATCH_SIZE", "abc", `invalid GC_BATCH_SIZE="abc": want a whole number, such as 500`},
+		{[]string{"serve"}, "MIGRATE_ON_START", "no", `invalid MIGRATE_ON_START="no": want true or false (also 1/0, t/f)`},
+		{[]string{"serve"}, "REQUEST_TIMEOUT", "30", `invalid REQUEST_TIMEOUT="30": want a duration with a unit, such as 30s, 5m or 1h30m`},
+		{[]string{"serve"}, "GC_INTERVAL", "10", `invalid GC_INTERVAL="10": want a duration with a unit`},
+		{[]string{"serve"}, "RATE_LIMIT", "fast", `invalid RATE_LIMIT="fast": want a number, such as 50 or 0.5`},
+		{[]string{"serve"}, "RATE_BURST", "1.5", `invalid RATE_BURST="1.5": want a whole number`},
+		{[]string{"clean"}, "GC_TIMEOUT", "1", `invalid GC_TIMEOUT="1": want a duration with a unit`},
+		{[]string{"gc"}, "EVENT_RETENTION", "90d", `invalid EVENT_RETENTION="90d": want a duration with a unit`},
+		{[]string{"gc"}, "EVENT_RETENTION", "90s", `event retention must be at least 24h (or negative to keep rows forever), got 1m30s`},
+		{[]string{"gc"}, "GC_RUNS_KEPT", "many", `invalid GC_RUNS_KEPT="many": want a whole number`},
+		{[]string{"gc"}, "LOG_LEVEL", "verbose", `invalid --log-level / LOG_LEVEL "verbose": want debug, info, warn or error`},
+		{[]string{"migrate", "up"}, "LOG_FORMAT", "xml", `invalid --log-format / LOG_FORMAT "xml": want json or text`},
+	} {
+		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
+			code, stdout, stderr := cli(t, map[string]string{tc.key: tc.val}, tc.args...)
+			if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {
+				t.Fatalf("api %s with %s=%s: exit %d, stderr %q; want 2 and %q", tc.args[0], tc.key, tc.val, code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// TestCLIBehaviour: help on stdout with exit 0, the version, unknown
+// commands naming themselves, usage errors with exit 2.
+func TestCLIBehaviour(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		stdout     string // substring ("" = must be empty)
+		stderr     string // substring ("" = must be empty)
+		stdoutNone bool
+	}{
+		{[]string{"--help"}, 0, "Usage: api COMMAND", "", false},
+		{[]string{"help"}, 0, "Usage: api COMMAND", "", false},
+		{[]string{"migrate", "--help"}, 0, "Usage: api migrate [flags] up | down", "", false},
+		{[]string{"serve", "-h"}, 0, "-rate-limit", "", false},
+		{[]string{"user", "create", "--help"}, 0, "Usage: api user", "", false},
+		{[]string{"--version"}, 0, "revision ", "", false},
+		{[]string{"version"}, 0, "built with go", "", false},
+		{[]string{}, 2, "", "Usage: api COMMAND", true},
+		{[]string{"frobnicate"}, 2, "", "api: unknown command frobnicate", true},
+		{[]string{"migrate", "sideways"}, 2, "", "api migrate: unknown command migrate sideways", true},
+		{[]string{"user", "rename", "x"}, 2, "", "api user: unknown command user rename", true},
+		{[]string{"locks", "steal", "x"}, 2, "", "api locks: unknown command locks steal", true},
+		{[]string{"migrate", "down", "abc"}, 2, "", `api migrate: down takes a positive number of migrations to roll back (api migrate down 2), got "abc"`, true},
+		{[]string{"migrate", "down", "0"}, 2, "", `got "0"`, true},
+		{[]string{"migrate", "force"}, 2, "", "force takes the version to record", true},
+		{[]string{"migrate", "force", "x"}, 2, "", `force takes a migration version, a whole number >= 0, got "x"`, true},
+		{[]string{"migrate", "force", "999"}, 2, "", "force 999: this binary's migrations end at version", true},
+		{[]string{"version", "extra"}, 2, "", "Usage: api version", true},
+	} {
+		code, stdout, stderr := cli(t, nil, tc.args...)
+		if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) ||
+			(tc.stdoutNone && stdout != "") || (tc.stderr == "" && stderr != "") {
+			t.Errorf("api %s: exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout ~%q, stderr ~%q", strings.Join(tc.args, " "), code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
+		}
+	}
+}
+
+// TestMigrateMessages: migrate down at version 0, a command against an
+// unmigrated database, a dirty database and its way out (force).
+func TestMigrateMessages(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDatabase(t, false)
+	envv := map[string]string{"DATABASE_URL": url, "LOG_LEVEL": "error"}
+
+	code, _, stderr := cli(t, envv, "migrate", "down")
+	if code != 2 || !strings.Contains(stderr, "nothing to roll back: no migration is applied (version 0)") {
+		t.Fatalf("down at version 0: exit %d %q", code, stderr)
+	}
+	code, _, stderr = cli(t, envv, "user", "list")
+	if code != 1 || !strings.Contains(stderr, "run `api migrate up` first") || strings.Contains(stderr, "does not exist") {
+		t.Fatalf("user list on an unmigrated database: exit %d %q", code, stderr)
+	}
+	code, stdout, stderr := cli(t, envv, "migrate", "up")
+	if code != 0 {
+		t.Fatalf("up: exit %d %q", code, stderr)
+	}
+	var st struct {
+		Version, Latest uint
+		Dirty           bool
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil || st.Version != st.Latest || st.Dirty {
+		t.Fatalf("up: %q %v", stdout, err)
+	}
+	code, _, stderr = cli(t, envv, "migrate", "down", "99")
+	if code != 2 || !strings.Contains(stderr, "cannot roll back 99 migrations") {
+		t.Fatalf("down 99: exit %d %q", code, stderr)
+	}
+
+	// Mark the last migration as failed half-way, as golang-migrate does.
+	db := openURL(t, url)
+	if _, err := db.ExecContext(t.Context(), `UPDATE schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	v := st.Version
+	want := "migration " + itoa(v) + " failed half-way"
+	code, _, stderr = cli(t, envv, "migrate", "up")
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "`api migrate force "+itoa(v)+"`") {
+		t.Fatalf("up on a dirty database: exit %d %q", code, stderr)
+	}
+	code, _, stderr = cli(t, envv, "migrate", "version")
+	if code != 0 || !strings.Contains(stderr, want) {
+		t.Fatalf("version on a dirty database: exit %d %q", code, stderr)
+	}
+	code, stdout, stderr = cli(t, envv, "migrate", "force", itoa(v))
+	if code != 0 || !strings.Contains(stdout, `"dirty":false`) || stderr != "" {
+		t.Fatalf("force: exit %d %q %q", code, stdout, stderr)
+	}
+	code, _, stderr = cli(t, envv, "migrate", "up")
+	if code != 0 {
+		t.Fatalf("up after force: exit %d %q", code, stderr)
+	}
+
+	// Domain errors print their message only: no code prefix, no pq text.
+	if code, _, stderr := cli(t, envv, "user", "create", "alice"); code != 0 {
+		t.Fatalf("create: %d %q", code, stderr)
+	}
+	code, _, stderr = cli(t, envv, "user", "create", "alice")
+	if code != 1 || stderr != "api user: a user named \"alice\" already exists\n" {
+		t.Fatalf("second create: exit %d %q", code, stderr)
+	}
+	code, _, stderr = cli(t, envv, "user", "token", "nobody")
+	if code != 1 || strings.Contains(stderr, "not_found:") || strings.Contains(stderr, "pq:") || strings.Contains(stderr, "sql:") {
+		t.Fatalf("token of nobody: exit %d %q", code, stderr)
+	}
+}
+
+func itoa(v uint) string { return strconv.FormatUint(uint64(v), 10) }
+
+// openURL opens a pool on url, closed when t ends.
+func openURL(t *testing.T, url string) *database.DB {
+	t.Helper()
+	db, err := database.Open(t.Context(), url, database.PoolConfig{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

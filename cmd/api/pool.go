@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/tenants"
+)
+
+// poolFlags are serve's database pool and token cache settings
+// (docs/operations.md: sizing the pool).
+type poolFlags struct {
+	maxOpen     int
+	maxIdle     int
+	maxLifetime time.Duration
+	maxIdleTime time.Duration
+
+	cacheSize   int
+	cacheTTL    time.Duration
+	cacheListen bool
+}
+
+func (p *poolFlags) register(fs *flag.FlagSet, e *env) {
+	fs.IntVar(&p.maxOpen, "db-max-open-conns", envInt(e, "DB_MAX_OPEN_CONNS", database.DefaultMaxOpenConns),
+		"most connections this process opens to Postgres; replicas x this (+1 each for the token listener) must fit max_connections [DB_MAX_OPEN_CONNS]")
+	fs.IntVar(&p.maxIdle, "db-max-idle-conns", envInt(e, "DB_MAX_IDLE_CONNS", 0),
+		"connections kept open while idle; 0 means the same as --db-max-open-conns (lower values reopen Postgres sessions under load) [DB_MAX_IDLE_CONNS]")
+	fs.DurationVar(&p.maxLifetime, "db-conn-max-lifetime", envDuration(e, "DB_CONN_MAX_LIFETIME", 30*time.Minute),
+		"close connections older than this [DB_CONN_MAX_LIFETIME]")
+	fs.DurationVar(&p.maxIdleTime, "db-conn-max-idle-time", envDuration(e, "DB_CONN_MAX_IDLE_TIME", 5*time.Minute),
+		"close connections idle for longer than this [DB_CONN_MAX_IDLE_TIME]")
+	fs.IntVar(&p.cacheSize, "token-cache-size", envInt(e, "TOKEN_CACHE_SIZE", tenants.DefaultCacheSize),
+		"tokens cached in process (token hash -> tenant); 0 disables the cache: every request asks the database [TOKEN_CACHE_SIZE]")
+	fs.DurationVar(&p.cacheTTL, "token-cache-ttl", envDuration(e, "TOKEN_CACHE_TTL", tenants.DefaultCacheTTL),
+		"how long a cached token is trusted without a notification; the bound on revocation delay when notifications are lost [TOKEN_CACHE_TTL]")
+	fs.BoolVar(&p.cacheListen, "token-cache-listen", envBool(e, "TOKEN_CACHE_LISTEN", true),
+		"LISTEN for token revocations and tenant deletions (one extra connection); false: revocations take up to --token-cache-ttl (e.g. behind a transaction-pooling PgBouncer) [TOKEN_CACHE_LISTEN]")
+}
+
+// config checks the flags and returns the pool configuration.
+func (p *poolFlags) config() (database.PoolConfig, error) {
+	switch {
+	case p.maxOpen < 1:
+		return database.PoolConfig{}, fmt.Errorf("--db-max-open-conns must be at least 1")
+	case p.maxIdle < 0 || p.maxIdle > p.maxOpen:
+		return database.PoolConfig{}, fmt.Errorf("--db-max-idle-conns must be 0..--db-max-open-conns (%d)", p.maxOpen)
+	case p.maxLifetime < 0 || p.maxIdleTime < 0:
+		return database.PoolConfig{}, fmt.Errorf("--db-conn-max-lifetime and --db-conn-max-idle-time must not be negative")
+	case p.cacheSize < 0 || p.cacheTTL < 0:
+		return database.PoolConfig{}, fmt.Errorf("--token-cache-size and --token-cache-ttl must not be negative")
+	}
+	return database.PoolConfig{MaxOpenConns: p.maxOpen, MaxIdleConns: p.maxIdle, ConnMaxLifetime: p.maxLifetime, ConnMaxIdleTime: p.maxIdleTime}, nil
+}
+
+// cache returns the token cache (nil when disabled); Start connects its
+// listener.
+func (p *poolFlags) cache(url string, logger *slog.Logger) *tenants.Cache {
+	if p.cacheSize == 0 {
+		logger.Info("token cache disabled (TOKEN_CACHE_SIZE=0): every request authenticates against the database")
+		return nil
+	}
+	cfg := tenants.CacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, Logger: logger}
+	if p.cacheListen {
+		cfg.ListenURL = url
+	}
+	return tenants.NewCache(cfg)
+}
+
+// url returns the database URL of the flags or the environment.
+func (c *commonFlags) url() (string, error) {
+	if c.databaseURL == "" {
+		c.databaseURL = c.env.getenv("DATABASE_URL")
+	}
+	if c.databaseURL == "" {
+		return "", fmt.Errorf("no database: set DATABASE_URL or --database-url (make run and make test find or start one with scripts/pg-ensure.sh)")
+	}
+	return c.databaseURL, nil
+}
+
+// readiness is serve's startup state: not ready until the database
+// answered and the migrations on start ran.
+type readiness struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *readiness) set(err error) {
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
+func (r *readiness) get() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Startup backoff: the first retry after 100ms, doubling up to 5s.
+const (
+	startupMinBackoff = 100 * time.Millisecond
+	startupMaxBackoff = 5 * time.Second
+)
+
+// waitForDatabase pings until the database answers (or ctx ends),
+// retrying with capped exponential backoff; each failure is logged.
+func waitForDatabase(ctx context.Context, db *database.DB, logger *slog.Logger, ready *readiness) error {
+	delay := startupMinBackoff
+	for attempt := 1; ; attempt++ {
+		err := db.Ping(ctx, 2*time.Second)
+		if err == nil {
+			if attempt > 1 {
+				logger.Info("database reachable", "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ready.set(errors.New("the database has not answered yet"))
+		logger.Warn("database unreachable; retrying", "error", err.Error(), "attempt", attempt, "retry_in", delay.String())
+		if err := database.SleepContext(ctx, delay); err != nil {
+			return err
+		}
+		delay = min(delay*2, startupMaxBackoff)
+	}
+}
+
+// startup brings serve to ready: it waits for the database, runs the
+// migrations on start (retrying while the database is unreachable; any
+// other migration error is fatal) and starts the token cache's listener.
+// migrate, when not nil, applies the migrations (through
+// MIGRATE_DATABASE_URL when it is set).
+func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
+	for {
+		if err := waitForDatabase(ctx, db, logger, ready); err != nil {
+			return err
+		}
+		if migrate == nil {
+			break
+		}
+		ready.set(errors.New("applying migrations"))
+		err := migrate(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Lost the database meanwhile: wait for it again. Anything else
+		// (a dirty or newer schema) needs an operator.
+		if !database.IsConnectionError(err) && db.Ping(ctx, 2*time.Second) == nil {
+			return err
+		}
+		logger.Warn("migrations interrupted by a database outage; retrying", "error", err.Error())
+	}
+	if cache != nil {
+		cache.Start()
+	}
+	ready.set(nil)
+	logger.Info("ready")
+	return nil
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/rekey"
+)
+
+// runRekey re-keys stale locks (internal/rekey).
+func runRekey(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "rekey", "",
+		"Re-keys the locks made under an older normalizer version or another set of configured aliases:\n"+
+			"re-normalizes the stored repo_url of every Application and Credential on such a lock, moves\n"+
+			"references to the new keys, releases emptied locks and records \"rekeyed\" lock events.\n"+
+			"Conflicts (two tenants' locks collapsing into one key) and URLs the current rules reject are\n"+
+			"reported and left untouched (also in `api report rekey_conflicts`). Safe while the API serves\n"+
+			"traffic and alongside GC; a second run moves nothing. Prints the report as JSON on stdout.\n"+
+			"Exits 0 when nothing stays stale, 3 when conflicts or rejected URLs remain, 1 on failure.")
+	var (
+		common    commonFlags
+		dryRun    = fs.Bool("dry-run", false, "report what would be re-keyed; change nothing")
+		batchSize = fs.Int("batch-size", rekey.DefaultBatchSize, fmt.Sprintf("stale locks read per query, 1..%d", rekey.MaxBatchSize))
+	)
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(fs, pos); err != nil {
+		return err
+	}
+	if *batchSize < 1 || *batchSize > rekey.MaxBatchSize {
+		return &exitError{code: 2, err: fmt.Errorf("--batch-size must be from 1 to %d", rekey.MaxBatchSize)}
+	}
+	logger, db, err := common.connect(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := rekey.Load(ctx, db)
+	if err != nil {
+		return err
+	}
+	rep, err := rekey.Run(ctx, db, n, rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger})
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	if left := len(rep.Conflicts) + len(rep.Rejected); left > 0 {
+		return &exitError{code: 3, err: fmt.Errorf("%d conflicts and %d rejected URLs keep locks on their old keys (api report rekey_conflicts)",
+			len(rep.Conflicts), len(rep.Rejected))}
+	}
+	return nil
+}
+
+// runAlias manages the configured normalizer aliases.
+func runAlias(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "alias", "list | add FROM TO | remove FROM",
+		"Configured (per-deployment) normalizer aliases: every key under the endpoint FROM is rewritten to\n"+
+			"the same rest under TO; endpoints in key syntax host[+port][/prefix], e.g.\n"+
+			"  api alias add gitlab.example.com+2222 gitlab.example.com\n"+
+			"  api alias add bitbucket.example.com+7999 bitbucket.example.com/scm\n"+
+			"A change is a rule change: servers pick it up within ALIAS_REFRESH; then run `api rekey`.")
+	var common commonFlags
+	common.register(fs, e)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 || (pos[0] == "list" && len(pos) != 1) || (pos[0] == "add" && len(pos) != 3) ||
+		(pos[0] == "remove" && len(pos) != 2) || (pos[0] != "list" && pos[0] != "add" && pos[0] != "remove") {
+		fs.Usage()
+		return errUsage
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	switch pos[0] {
+	case "add":
+		a, err := rekey.AddAlias(ctx, db, pos[1], pos[2])
+		if err != nil {
+			return cliError(err)
+		}
+		fmt.Fprintf(e.stdout, "%s -> %s\n", a.From, a.To)
+		fmt.Fprintln(e.stderr, "keys change: run `api rekey` once the servers have reloaded the aliases (ALIAS_REFRESH)")
+	case "remove":
+		if err := rekey.RemoveAlias(ctx, db, pos[1]); err != nil {
+			return cliError(err)
+		}
+		fmt.Fprintln(e.stderr, "keys change: run `api rekey` once the servers have reloaded the aliases (ALIAS_REFRESH)")
+	case "list":
+		as, err := rekey.ListAliases(ctx, db)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FROM\tTO\tID\tSINCE")
+		for _, a := range as {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.From, a.To, a.ID, a.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+// cliError makes an invalid argument exit 2 and anything else 1.
+func cliError(err error) error {
+	if repolock.IsCode(err, repolock.EInvalid) {
+		return &exitError{code: 2, err: errors.New(repolock.ErrorMessage(err))}
+	}
+	return err
+}

@@ -1,0 +1,176 @@
+package locks
+
+import (
+	"context"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/normalize"
+)
+
+// The statements of re-keying (internal/rekey) that touch locks and record
+// lock events. They follow the lock protocol of this package: the lock being
+// re-keyed is taken FOR UPDATE (waiting for every acquirer holding FOR KEY
+// SHARE), a target lock of the same tenant is taken FOR KEY SHARE or created
+// with INSERT ... ON CONFLICT DO NOTHING, and an emptied lock is deleted by
+// Release.
+
+// StaleSQL is the condition on a RepositoryLockOwner row aliased o that
+// makes it stale under the rule set ($1 normalize.Version, $2 the
+// fingerprint of the configured aliases): keyed by an older version, or by
+// the current version under another alias set. Locks of a newer version (a
+// newer binary during a rolling upgrade) are not stale.
+const StaleSQL = `(o.normalizer_version < $1 OR (o.normalizer_version = $1 AND o.normalizer_rules <> $2))`
+
+// Stale is one lock keyed under other rules.
+type Stale struct {
+	ID                string `db:"id" json:"lock_id"`
+	Key               string `db:"git_repository_url" json:"key"`
+	NormalizerVersion int    `db:"normalizer_version" json:"normalizer_version"`
+	NormalizerRules   string `db:"normalizer_rules" json:"normalizer_rules"`
+	TenantID          string `db:"cluster_user_id" json:"user_id"`
+	TenantName        string `db:"user_name" json:"user"`
+}
+
+// ListStale returns up to limit stale locks under n's rules with ids after
+// afterID ("" for the start), in id order.
+func ListStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, afterID string, limit int) (_ []Stale, err error) {
+	defer repolock.WrapOp(&err, "locks.ListStale")
+	if afterID == "" {
+		afterID = "00000000-0000-0000-0000-000000000000"
+	}
+	out := []Stale{}
+	err = q.SelectContext(ctx, &out, `
+		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
+		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+		WHERE `+StaleSQL+` AND o.id > $3
+		ORDER BY o.id
+		LIMIT $4`, normalize.Version, n.Fingerprint(), afterID, limit)
+	return out, database.MapError(err)
+}
+
+// LockStale takes FOR UPDATE on the lock lockID and returns it if it is
+// still stale under n's rules; ok is false when it is gone or was re-keyed
+// meanwhile. Holding it, no acquirer can add a reference to it (they wait
+// on FOR KEY SHARE) until the caller's transaction ends.
+func LockStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (_ Stale, ok bool, err error) {
+	defer repolock.WrapOp(&err, "locks.LockStale")
+	var s Stale
+	err = q.GetContext(ctx, &s, `
+		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
+		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+		WHERE o.id = $3 AND `+StaleSQL+`
+		FOR UPDATE OF o`, normalize.Version, n.Fingerprint(), lockID)
+	if database.IsNoRows(err) {
+		return Stale{}, false, nil
+	}
+	if err != nil {
+		return Stale{}, false, database.MapError(err)
+	}
+	return s, true, nil
+}
+
+// Target is who holds a key re-keying wants to move references to.
+type Target struct {
+	// LockID is the tenant's lock on the key (created or reused), "" when
+	// another tenant holds it.
+	LockID string
+	// Created is true when the lock was created for the move.
+	Created bool
+	// The other tenant's lock, when LockID is "".
+	OwnerLockID, OwnerID, OwnerName string
+}
+
+const otherOwnerSQL = `
+SELECT o.id, o.cluster_user_id, u.name
+FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2`
+
+// AcquireForRekey is AcquireRepositoryCredentialURL for re-keying, under
+// n's rules: it creates the tenant's lock on key (with its "acquired"
+// event, so that acquired and released events of a key still alternate; the
+// move itself is recorded by RecordRekeyed) or takes FOR KEY SHARE on the
+// tenant's existing one, or, when another tenant holds key, returns that
+// lock and owner without recording a denial (the tenant asked for nothing).
+func AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Normalizer, tenantID, key string) (_ Target, err error) {
+	defer repolock.WrapOp(&err, "locks.AcquireForRekey")
+	if err := ValidateKeyWith(n, key); err != nil {
+		return Target{}, err
+	}
+	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
+		var id string
+		err := q.GetContext(ctx, &id, insertLockSQL, key, RuleSet(n), tenantID)
+		if err == nil {
+			return Target{LockID: id, Created: true}, nil
+		}
+		if !database.IsNoRows(err) {
+			return Target{}, database.MapError(err)
+		}
+		err = q.GetContext(ctx, &id, ownLockSQL, key, tenantID)
+		if err == nil {
+			return Target{LockID: id}, nil
+		}
+		if !database.IsNoRows(err) {
+			return Target{}, database.MapError(err)
+		}
+		var o struct {
+			ID     string `db:"id"`
+			UserID string `db:"cluster_user_id"`
+			Name   string `db:"name"`
+		}
+		err = q.GetContext(ctx, &o, otherOwnerSQL, key, tenantID)
+		if err == nil {
+			return Target{OwnerLockID: o.ID, OwnerID: o.UserID, OwnerName: o.Name}, nil
+		}
+		if !database.IsNoRows(err) {
+			return Target{}, database.MapError(err)
+		}
+	}
+	return Target{}, repolock.Errorf(repolock.EConflict,
+		"the lock on %s changed hands %d times while re-keying; try again", key, maxAcquireAttempts)
+}
+
+// OwnerOfKey returns the lock on key and its owner, without taking a row
+// lock (dry runs); ok is false when the key is free.
+func OwnerOfKey(ctx context.Context, q database.Querier, key string) (lockID, ownerID, ownerName string, ok bool, err error) {
+	defer repolock.WrapOp(&err, "locks.OwnerOfKey")
+	var o struct {
+		ID     string `db:"id"`
+		UserID string `db:"cluster_user_id"`
+		Name   string `db:"name"`
+	}
+	err = q.GetContext(ctx, &o, `
+		SELECT o.id, o.cluster_user_id, u.name
+		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+		WHERE o.git_repository_url = $1`, key)
+	if database.IsNoRows(err) {
+		return "", "", "", false, nil
+	}
+	if err != nil {
+		return "", "", "", false, database.MapError(err)
+	}
+	return o.ID, o.UserID, o.Name, true, nil
+}
+
+// RecordRekeyed records a "rekeyed" event: references of the tenant's lock
+// on fromKey moved to its lock toLockID on key.
+func RecordRekeyed(ctx context.Context, q database.Querier, toLockID, key, fromKey, tenantID string) (err error) {
+	defer repolock.WrapOp(&err, "locks.RecordRekeyed")
+	_, err = q.ExecContext(ctx, `
+		INSERT INTO repository_lock_events
+			(event, lock_id, git_repository_url, rekeyed_from, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
+		SELECT '`+EventRekeyed+`', $1, $2, $3, u.id, u.name, u.id, u.name
+		FROM cluster_users u WHERE u.id = $4`, toLockID, key, fromKey, tenantID)
+	return database.MapError(err)
+}
+
+// MarkCurrent records that the lock lockID, whose key is unchanged under
+// n's rules, was re-checked under them. The caller holds it FOR UPDATE.
+func MarkCurrent(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (err error) {
+	defer repolock.WrapOp(&err, "locks.MarkCurrent")
+	_, err = q.ExecContext(ctx, `
+		UPDATE RepositoryLockOwner
+		SET normalizer_version = split_part($2::text, ':', 1)::integer, normalizer_rules = split_part($2::text, ':', 2)
+		WHERE id = $1`, lockID, RuleSet(n))
+	return database.MapError(err)
+}

@@ -1,0 +1,45 @@
+package normalize
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+)
+
+// Fingerprint identifies the configured alias set of n: "" when there is
+// none (Default), else 16 hex digits of the SHA-256 of the sorted
+// "from -> to" lines. Together with Version it is the effective rule set a
+// key was made under; stored next to each lock (normalizer_rules), it marks
+// the locks an alias change makes stale. The order in which aliases were
+// given does not change it.
+func (n *Normalizer) Fingerprint() string {
+	if len(n.rules.Aliases) == 0 {
+		return ""
+	}
+	lines := make([]string, len(n.rules.Aliases))
+	for i, a := range n.rules.Aliases {
+		lines[i] = a.From.String() + " -> " + a.To.String() + "\n"
+	}
+	slices.Sort(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "")))
+	return hex.EncodeToString(sum[:8])
+}
+
+type contextKey struct{}
+
+// NewContext returns ctx carrying n: the normalizer, with the deployment's
+// configured aliases, that code handling a request keys URLs with. The
+// server puts the current one into every request; FromContext reads it.
+func NewContext(ctx context.Context, n *Normalizer) context.Context {
+	return context.WithValue(ctx, contextKey{}, n)
+}
+
+// FromContext returns the normalizer NewContext put into ctx, or Default().
+func FromContext(ctx context.Context) *Normalizer {
+	if n, ok := ctx.Value(contextKey{}).(*Normalizer); ok && n != nil {
+		return n
+	}
+	return defaultNormalizer
+}

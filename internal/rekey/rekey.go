@@ -1,0 +1,544 @@
+// Package rekey re-keys stored locks when the normalization rules change
+// (a new normalize.Version, or a change of the configured aliases), and
+// stores those aliases (normalizer_aliases).
+//
+// A run has two passes over the stale locks (locks.StaleSQL), each in id
+// order and in batches:
+//
+//  1. Plan: re-normalize the stored repo_url of every Application and
+//     Credential that references a stale lock, and note, per new key, which
+//     tenants' stale locks re-key to it.
+//  2. Apply, one transaction per lock: lock the referencing rows (FOR
+//     UPDATE, the row lock internal/apps takes for updates and deletes),
+//     then the lock (locks.LockStale, FOR UPDATE: waits for acquirers), and
+//     re-read the references. If a reference is rejected by the current
+//     rules, or its new key is wanted by another tenant (another tenant's
+//     stale lock re-keys to it, per the plan, or another tenant holds it
+//     now), nothing of the lock moves: the problem is recorded in
+//     rekey_conflicts and the lock stays on its old key and version.
+//     Otherwise each reference moves to its tenant's lock on the new key
+//     (locks.AcquireForRekey: reused under FOR KEY SHARE, or created), a
+//     "rekeyed" event is recorded per new key, and the old lock is marked
+//     current when some reference keeps its key, or released when emptied.
+//
+// Every change is made under the lock protocol of internal/locks, in
+// transactions that database.Transact retries on deadlocks and
+// serialization failures, so a run is safe while the API serves traffic and
+// alongside GC. A run that stops half-way leaves every lock either re-keyed
+// or untouched; the next run continues with the locks that are still stale.
+// A second run finds nothing to move (conflicts stay open and are reported
+// again, without new writes). Only one run (not dry) at a time: a session
+// advisory lock.
+package rekey
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+
+	"github.com/lib/pq"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
+)
+
+// DefaultBatchSize and MaxBatchSize bound Options.BatchSize.
+const (
+	DefaultBatchSize = 500
+	MaxBatchSize     = 10000
+)
+
+// Options of a run.
+type Options struct {
+	// DryRun computes the report and writes nothing.
+	DryRun bool
+	// BatchSize is the number of stale locks read per query (default 500).
+	BatchSize int
+	Logger    *slog.Logger
+}
+
+// Report is the outcome of a run (the JSON of `api rekey` and POST
+// /v1/admin/rekey).
+type Report struct {
+	DryRun            bool   `json:"dry_run"`
+	NormalizerVersion int    `json:"normalizer_version"`
+	NormalizerRules   string `json:"normalizer_rules"`
+	// StaleLocks is the number of stale locks the run found.
+	StaleLocks int `json:"stale_locks"`
+	// Rekeyed: locks whose references all moved or kept their key (in a dry
+	// run: would).
+	Rekeyed int `json:"rekeyed_locks"`
+	// MovedReferences: references that moved to another key.
+	MovedReferences int `json:"moved_references"`
+	// CreatedLocks, ReleasedLocks: locks created for moves, old locks
+	// released because emptied.
+	CreatedLocks  int `json:"created_locks"`
+	ReleasedLocks int `json:"released_locks"`
+	// Unreferenced: stale locks without references, left to the GC.
+	Unreferenced int `json:"unreferenced_locks"`
+	// Conflicts and Rejected: what stays stale, and why.
+	Conflicts []Problem `json:"conflicts"`
+	Rejected  []Problem `json:"rejected"`
+	Batches   int       `json:"batches"`
+}
+
+// Problem is one reference that keeps its lock stale (a row of
+// rekey_conflicts).
+type Problem struct {
+	Kind       string `json:"kind"` // "conflict" or "rejected"
+	LockID     string `json:"lock_id"`
+	OldKey     string `json:"old_key"`
+	TenantID   string `json:"user_id"`
+	TenantName string `json:"user"`
+	RefKind    string `json:"ref_kind"` // "application" or "credential"
+	RefID      string `json:"ref_id"`
+	RepoURL    string `json:"repo_url"`
+	NewKey     string `json:"new_key,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	// conflict: the other tenant's lock and a URL that leads to it.
+	OtherLockID   string `json:"other_lock_id,omitempty"`
+	OtherKey      string `json:"other_key,omitempty"`
+	OtherTenantID string `json:"other_user_id,omitempty"`
+	OtherTenant   string `json:"other_user,omitempty"`
+	OtherRepoURL  string `json:"other_repo_url,omitempty"`
+}
+
+// ref is one Application or Credential referencing a stale lock.
+type ref struct {
+	Kind    string `db:"kind"`
+	ID      string `db:"id"`
+	RepoURL string `db:"repo_url"`
+	LockID  string `db:"lock_id"`
+}
+
+// refsSQL returns the references of the locks $1, both kinds.
+const refsSQL = `
+SELECT 'application' AS kind, a.id, a.repo_url, r.lock_id
+FROM RepositoryLockApplication r JOIN applications a ON a.id = r.application_id
+WHERE r.lock_id = ANY($1::uuid[])
+UNION ALL
+SELECT 'credential', c.id, c.repo_url, r.lock_id
+FROM RepositoryLockRepositoryCredential r JOIN repository_credentials c ON c.id = r.repository_credential_id
+WHERE r.lock_id = ANY($1::uuid[])
+ORDER BY 1, 2`
+
+// claim is a stale lock's reference re-keying to a new key (plan).
+type claim struct {
+	lock locks.Stale
+	ref  ref
+}
+
+// advisoryKey is the session advisory lock a run (not dry) holds, so that
+// runs do not overlap.
+const advisoryKey = 7_261_004_617
+
+// Run re-keys every stale lock under n's rules.
+func Run(ctx context.Context, db *database.DB, n *normalize.Normalizer, opts Options) (_ Report, err error) {
+	defer repolock.WrapOp(&err, "rekey.Run")
+	if opts.BatchSize == 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.BatchSize < 1 || opts.BatchSize > MaxBatchSize {
+		return Report{}, repolock.Errorf(repolock.EInvalid, "batch size must be from 1 to %d", MaxBatchSize)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if !opts.DryRun {
+		conn, err := db.DB.Conn(ctx)
+		if err != nil {
+			return Report{}, database.MapError(err)
+		}
+		defer conn.Close()
+		var got bool
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, advisoryKey).Scan(&got); err != nil {
+			return Report{}, database.MapError(err)
+		}
+		if !got {
+			return Report{}, repolock.Errorf(repolock.EConflict, "another re-keying run is in progress")
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, advisoryKey) //nolint:errcheck // the session ends with the connection anyway
+	}
+	r := &runner{db: db, n: n, opts: opts, targets: map[string][]claim{}, dryCreated: map[string]bool{}}
+	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: normalize.Version, NormalizerRules: n.Fingerprint(),
+		Conflicts: []Problem{}, Rejected: []Problem{}}
+	if err := r.planPass(ctx); err != nil {
+		return Report{}, err
+	}
+	if err := r.applyPass(ctx); err != nil {
+		return r.report, err
+	}
+	if !opts.DryRun {
+		if err := r.resolve(ctx); err != nil {
+			return r.report, err
+		}
+	}
+	opts.Logger.Info("re-keying finished", "dry_run", opts.DryRun, "stale_locks", r.report.StaleLocks,
+		"rekeyed_locks", r.report.Rekeyed, "moved_references", r.report.MovedReferences,
+		"conflicts", len(r.report.Conflicts), "rejected", len(r.report.Rejected))
+	return r.report, nil
+}
+
+type runner struct {
+	db      *database.DB
+	n       *normalize.Normalizer
+	opts    Options
+	report  Report
+	targets map[string][]claim // new key -> first claim of each tenant
+	// dryCreated are the keys a dry run would create a lock on.
+	dryCreated map[string]bool
+	found      []Problem // problems recorded by this run (for resolve)
+}
+
+// scan calls fn for each batch of stale locks, in id order.
+func (r *runner) scan(ctx context.Context, fn func([]locks.Stale) error) error {
+	after := ""
+	for {
+		batch, err := locks.ListStale(ctx, r.db, r.n, after, r.opts.BatchSize)
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := fn(batch); err != nil {
+			return err
+		}
+		after = batch[len(batch)-1].ID
+	}
+}
+
+func (r *runner) planPass(ctx context.Context) error {
+	return r.scan(ctx, func(batch []locks.Stale) error {
+		ids := make([]string, len(batch))
+		byID := make(map[string]locks.Stale, len(batch))
+		for i, l := range batch {
+			ids[i], byID[l.ID] = l.ID, l
+		}
+		var refs []ref
+		if err := r.db.SelectContext(ctx, &refs, refsSQL, pq.Array(ids)); err != nil {
+			return database.MapError(err)
+		}
+		for _, f := range refs {
+			key, err := r.n.RepoURL(f.RepoURL)
+			if err != nil {
+				continue // reported by the apply pass
+			}
+			r.claim(string(key), claim{lock: byID[f.LockID], ref: f})
+		}
+		return nil
+	})
+}
+
+// claim notes c's claim of key, once per tenant.
+func (r *runner) claim(key string, c claim) {
+	for _, o := range r.targets[key] {
+		if o.lock.TenantID == c.lock.TenantID {
+			return
+		}
+	}
+	r.targets[key] = append(r.targets[key], c)
+}
+
+// otherClaim returns a claim of key by another tenant than tenantID.
+func (r *runner) otherClaim(key, tenantID string) (claim, bool) {
+	for _, o := range r.targets[key] {
+		if o.lock.TenantID != tenantID {
+			return o, true
+		}
+	}
+	return claim{}, false
+}
+
+func (r *runner) applyPass(ctx context.Context) error {
+	return r.scan(ctx, func(batch []locks.Stale) error {
+		r.report.Batches++
+		r.report.StaleLocks += len(batch)
+		for _, l := range batch {
+			if err := r.apply(ctx, l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// outcome of one lock.
+type outcome struct {
+	gone, unreferenced bool
+	problems           []Problem
+	moved              int
+	created, released  int
+}
+
+// errStays rolls a lock's transaction back when it stays stale.
+var errStays = errors.New("rekey: lock stays stale")
+
+func (r *runner) apply(ctx context.Context, l locks.Stale) error {
+	var out outcome
+	err := r.db.WithTx(ctx, func(tx database.Tx) error {
+		out = outcome{}
+		return r.applyTx(ctx, tx, l.ID, &out)
+	})
+	if err != nil && !errors.Is(err, errStays) {
+		return err
+	}
+	switch {
+	case out.gone:
+		r.report.StaleLocks-- // re-keyed or released meanwhile
+	case out.unreferenced:
+		r.report.Unreferenced++
+	case len(out.problems) > 0:
+		for _, p := range out.problems {
+			if p.Kind == "conflict" {
+				r.report.Conflicts = append(r.report.Conflicts, p)
+			} else {
+				r.report.Rejected = append(r.report.Rejected, p)
+			}
+		}
+		r.found = append(r.found, out.problems...)
+		if !r.opts.DryRun {
+			return r.record(ctx, out.problems)
+		}
+	default:
+		r.report.Rekeyed++
+		r.report.MovedReferences += out.moved
+		r.report.CreatedLocks += out.created
+		r.report.ReleasedLocks += out.released
+	}
+	return nil
+}
+
+// lockRowsSQL takes the row locks internal/apps takes before changing a
+// row's reference, in id order.
+const lockRowsSQL = `
+SELECT id FROM applications WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+
+const lockCredRowsSQL = `
+SELECT id FROM repository_credentials WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+
+func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out *outcome) error {
+	// Rows first, then the lock: the order internal/apps uses (row lock,
+	// then Release's FOR UPDATE on the lock), so the two do not deadlock.
+	var refs []ref
+	if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array([]string{lockID})); err != nil {
+		return database.MapError(err)
+	}
+	locked := map[string]bool{}
+	if err := lockRows(ctx, tx, refs, locked); err != nil {
+		return err
+	}
+	l, ok, err := locks.LockStale(ctx, tx, r.n, lockID)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		out.gone = true
+		return nil
+	}
+	// Re-read under the locks; a reference added before the lock was
+	// taken has a row not locked yet: lock it too (a deadlock with an
+	// update in flight is retried by Transact).
+	for {
+		refs = nil
+		if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array([]string{lockID})); err != nil {
+			return database.MapError(err)
+		}
+		if !slices.ContainsFunc(refs, func(f ref) bool { return !locked[f.ID] }) {
+			break
+		}
+		if err := lockRows(ctx, tx, refs, locked); err != nil {
+			return err
+		}
+	}
+	if len(refs) == 0 {
+		out.unreferenced = true
+		return nil
+	}
+	keys := make([]string, len(refs))
+	for i, f := range refs {
+		k, err := r.n.RepoURL(f.RepoURL)
+		if err != nil {
+			out.problems = append(out.problems, problem("rejected", l, f, "", repolock.ErrorMessage(err)))
+			continue
+		}
+		keys[i] = string(k)
+		if c, ok := r.otherClaim(keys[i], l.TenantID); ok {
+			p := problem("conflict", l, f, keys[i], "another tenant's lock re-keys to the same key")
+			p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant, p.OtherRepoURL = c.lock.ID, c.lock.Key, c.lock.TenantID, c.lock.TenantName, c.ref.RepoURL
+			out.problems = append(out.problems, p)
+		}
+	}
+	if len(out.problems) > 0 {
+		return errStays
+	}
+	// Targets: every new key other than the lock's own.
+	targets := map[string]string{} // key -> lock id
+	for i, k := range keys {
+		if k == l.Key || targets[k] != "" {
+			continue
+		}
+		if r.opts.DryRun {
+			id, ownerID, owner, ok, err := locks.OwnerOfKey(ctx, tx, k)
+			if err != nil {
+				return err
+			}
+			switch {
+			case ok && ownerID != l.TenantID:
+				out.problems = append(out.problems, r.liveConflict(ctx, tx, l, refs[i], k, id, ownerID, owner))
+			case !ok:
+				if !r.dryCreated[k] {
+					r.dryCreated[k] = true
+					out.created++
+				}
+				targets[k] = "new"
+			default:
+				targets[k] = id
+			}
+			continue
+		}
+		t, err := locks.AcquireForRekey(ctx, tx, r.n, l.TenantID, k)
+		if err != nil {
+			return err
+		}
+		if t.LockID == "" {
+			out.problems = append(out.problems, r.liveConflict(ctx, tx, l, refs[i], k, t.OwnerLockID, t.OwnerID, t.OwnerName))
+			continue
+		}
+		if t.Created {
+			out.created++
+		}
+		targets[k] = t.LockID
+	}
+	if len(out.problems) > 0 {
+		out.created = 0
+		return errStays
+	}
+	stays := 0
+	for i, f := range refs {
+		if keys[i] == l.Key {
+			stays++
+			continue
+		}
+		out.moved++
+		if r.opts.DryRun {
+			continue
+		}
+		if err := moveRef(ctx, tx, f, targets[keys[i]], keys[i]); err != nil {
+			return err
+		}
+	}
+	if r.opts.DryRun {
+		if stays == 0 {
+			out.released++
+		}
+		return errStays // roll back: a dry run writes nothing
+	}
+	for k, id := range targets {
+		if err := locks.RecordRekeyed(ctx, tx, id, k, l.Key, l.TenantID); err != nil {
+			return err
+		}
+	}
+	if stays > 0 {
+		return locks.MarkCurrent(ctx, tx, r.n, l.ID)
+	}
+	released, err := locks.Release(ctx, tx, l.ID)
+	if err != nil {
+		return err
+	}
+	if released {
+		out.released++
+	}
+	return nil
+}
+
+func lockRows(ctx context.Context, tx database.Tx, refs []ref, locked map[string]bool) error {
+	var apps, creds []string
+	for _, f := range refs {
+		if locked[f.ID] {
+			continue
+		}
+		locked[f.ID] = true
+		if f.Kind == "application" {
+			apps = append(apps, f.ID)
+		} else {
+			creds = append(creds, f.ID)
+		}
+	}
+	var ids []string
+	if len(apps) > 0 {
+		if err := tx.SelectContext(ctx, &ids, lockRowsSQL, pq.Array(apps)); err != nil {
+			return database.MapError(err)
+		}
+	}
+	if len(creds) > 0 {
+		if err := tx.SelectContext(ctx, &ids, lockCredRowsSQL, pq.Array(creds)); err != nil {
+			return database.MapError(err)
+		}
+	}
+	return nil
+}
+
+// moveRef points reference f at the lock lockID on key.
+func moveRef(ctx context.Context, tx database.Tx, f ref, lockID, key string) error {
+	q := `WITH row AS (UPDATE applications SET normalized_url = $3 WHERE id = $1)
+		UPDATE RepositoryLockApplication SET lock_id = $2 WHERE application_id = $1`
+	if f.Kind == "credential" {
+		q = `WITH row AS (UPDATE repository_credentials SET normalized_url = $3 WHERE id = $1)
+			UPDATE RepositoryLockRepositoryCredential SET lock_id = $2 WHERE repository_credential_id = $1`
+	}
+	_, err := tx.ExecContext(ctx, q, f.ID, lockID, key)
+	return database.MapError(err)
+}
+
+func problem(kind string, l locks.Stale, f ref, newKey, reason string) Problem {
+	return Problem{Kind: kind, LockID: l.ID, OldKey: l.Key, TenantID: l.TenantID, TenantName: l.TenantName,
+		RefKind: f.Kind, RefID: f.ID, RepoURL: f.RepoURL, NewKey: newKey, Reason: reason}
+}
+
+// liveConflict is the problem of a new key another tenant holds now.
+func (r *runner) liveConflict(ctx context.Context, tx database.Tx, l locks.Stale, f ref, key, otherLock, otherID, otherName string) Problem {
+	p := problem("conflict", l, f, key, "another tenant holds the new key")
+	p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant = otherLock, key, otherID, otherName
+	var other []ref
+	if err := tx.SelectContext(ctx, &other, refsSQL, pq.Array([]string{otherLock})); err == nil && len(other) > 0 {
+		p.OtherRepoURL = other[0].RepoURL
+	}
+	return p
+}
+
+// record stores problems as open rows of rekey_conflicts; a problem already
+// open for the same reference and kind is left as it is.
+func (r *runner) record(ctx context.Context, ps []Problem) error {
+	for _, p := range ps {
+		_, err := r.db.ExecContext(ctx, `
+			INSERT INTO rekey_conflicts (kind, lock_id, old_key, cluster_user_id, cluster_user_name, ref_kind, ref_id,
+				repo_url, new_key, reason, other_lock_id, other_key, other_user_id, other_user_name, other_repo_url)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, '')::uuid, NULLIF($12, ''), NULLIF($13, '')::uuid,
+				NULLIF($14, ''), NULLIF($15, ''))
+			ON CONFLICT (ref_id, kind) WHERE resolved_at IS NULL DO NOTHING`,
+			p.Kind, p.LockID, p.OldKey, p.TenantID, p.TenantName, p.RefKind, p.RefID, p.RepoURL, p.NewKey, p.Reason,
+			p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant, p.OtherRepoURL)
+		if err != nil {
+			return database.MapError(err)
+		}
+	}
+	return nil
+}
+
+// resolve closes the open rows this complete run no longer found.
+func (r *runner) resolve(ctx context.Context) error {
+	refIDs, kinds := make([]string, len(r.found)), make([]string, len(r.found))
+	for i, p := range r.found {
+		refIDs[i], kinds[i] = p.RefID, p.Kind
+	}
+	_, err := r.db.ExecContext(ctx, `
+		UPDATE rekey_conflicts c SET resolved_at = now()
+		WHERE c.resolved_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM unnest($1::uuid[], $2::text[]) AS f(ref_id, kind)
+		                  WHERE f.ref_id = c.ref_id AND f.kind = c.kind)`, pq.Array(refIDs), pq.Array(kinds))
+	return database.MapError(err)
+}

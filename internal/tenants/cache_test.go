@@ -1,0 +1,236 @@
+package tenants_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/tenants"
+)
+
+// refusedWithin polls Authenticate until the token is refused or the
+// deadline passes; the claim under test is "within d".
+func refusedWithin(t *testing.T, c *tenants.Cache, db *database.DB, token string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		_, err := c.Authenticate(context.Background(), db, token)
+		if repolock.IsCode(err, repolock.EUnauthenticated) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("Authenticate: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the token is still accepted %v after its revocation", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCacheServesWithoutDatabase: a cached token authenticates while the
+// database is unreachable (no round trip); an uncached one is unavailable.
+func TestCacheServesWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	_, direct := dbtest.NewWithURL(t)
+	p, url := dbtest.NewProxy(t, direct)
+	db, err := database.Open(t.Context(), url, database.PoolConfig{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	u, token, err := tenants.Create(ctx, db, "cached", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := tenants.Create(ctx, db, "uncached", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tenants.NewCache(tenants.CacheConfig{})
+	if got, err := c.Authenticate(ctx, db, token); err != nil || got.ID != u.ID {
+		t.Fatalf("first Authenticate: %+v, %v", got, err)
+	}
+	p.Refuse()
+	if got, err := c.Authenticate(ctx, db, token); err != nil || got.ID != u.ID || got.Name != "cached" {
+		t.Fatalf("cached Authenticate with the database gone: %+v, %v", got, err)
+	}
+	if _, err := c.Authenticate(ctx, db, other); !repolock.IsCode(err, repolock.EUnavailable) {
+		t.Fatalf("uncached Authenticate with the database gone: %v, want unavailable", err)
+	}
+	if _, err := c.Authenticate(ctx, db, "rlt_nope"); !repolock.IsCode(err, repolock.EUnavailable) {
+		t.Fatalf("unknown token with the database gone: %v, want unavailable (unknown tokens are never cached)", err)
+	}
+}
+
+// TestCacheTTL: without a listener an entry is trusted for TTL, then the
+// database is asked again.
+func TestCacheTTL(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, token, err := tenants.Create(ctx, db, "ttl", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c := tenants.NewCache(tenants.CacheConfig{TTL: 30 * time.Second, Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	c.Start() // no ListenURL: TTL only
+	defer c.Close()
+	if _, err := c.Authenticate(ctx, db, token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenants.RevokeTokens(ctx, db, "ttl"); err != nil {
+		t.Fatal(err)
+	}
+	now.Add(int64(29 * time.Second))
+	if _, err := c.Authenticate(ctx, db, token); err != nil {
+		t.Fatalf("within the TTL, without notifications, the entry still serves: %v", err)
+	}
+	now.Add(int64(time.Second))
+	if _, err := c.Authenticate(ctx, db, token); !repolock.IsCode(err, repolock.EUnauthenticated) {
+		t.Fatalf("after the TTL: %v, want unauthenticated", err)
+	}
+}
+
+// TestCacheInvalidatedByNotifications: revoking a token or deleting its
+// tenant, from another pool (another process), is seen within 1 s.
+func TestCacheInvalidatedByNotifications(t *testing.T) {
+	t.Parallel()
+	db, url := dbtest.NewWithURL(t)
+	ctx := context.Background()
+	other, err := database.Open(ctx, url, database.PoolConfig{MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	c := tenants.NewCache(tenants.CacheConfig{ListenURL: url, TTL: time.Hour})
+	c.Start()
+	defer c.Close()
+	<-c.Connected()
+
+	_, revoked, err := tenants.Create(ctx, db, "revoked", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, deleted, err := tenants.Create(ctx, db, "deleted", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, kept, err := tenants.Create(ctx, db, "kept", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{revoked, deleted, kept} {
+		if _, err := c.Authenticate(ctx, db, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Len(); n != 3 {
+		t.Fatalf("cached %d tokens, want 3", n)
+	}
+	if _, err := tenants.RevokeTokens(ctx, other, "revoked"); err != nil {
+		t.Fatal(err)
+	}
+	refusedWithin(t, c, db, revoked, time.Second)
+	if _, err := other.ExecContext(ctx, `DELETE FROM cluster_users WHERE name = 'deleted'`); err != nil {
+		t.Fatal(err)
+	}
+	refusedWithin(t, c, db, deleted, time.Second)
+	if _, err := c.Authenticate(ctx, db, kept); err != nil {
+		t.Fatalf("another tenant's token: %v", err)
+	}
+	// A rolled-back revocation notifies nobody and changes nothing.
+	tx, err := other.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenants.RevokeTokens(ctx, tx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback()
+	if _, err := c.Authenticate(ctx, db, kept); err != nil {
+		t.Fatalf("after a rolled-back revocation: %v", err)
+	}
+}
+
+// TestCacheListenerReconnectFlushes: when the listener's connection is
+// lost, notifications may be lost too: the cache is flushed.
+func TestCacheListenerReconnectFlushes(t *testing.T) {
+	t.Parallel()
+	db, url := dbtest.NewWithURL(t)
+	p, purl := dbtest.NewProxy(t, url)
+	c := tenants.NewCache(tenants.CacheConfig{ListenURL: purl, TTL: time.Hour})
+	c.Start()
+	defer c.Close()
+	<-c.Connected()
+	ctx := context.Background()
+	_, token, err := tenants.Create(ctx, db, "flushed", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Authenticate(ctx, db, token); err != nil || c.Len() != 1 {
+		t.Fatalf("warm: %v, len %d", err, c.Len())
+	}
+	p.Refuse() // the listener's connection is reset
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cache was not flushed after the listener lost its connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// While it is away the cache still serves (TTL backstop) and the
+	// listener reconnects once the database is back.
+	if _, err := c.Authenticate(ctx, db, token); err != nil || c.Len() != 1 {
+		t.Fatalf("while the listener is away: %v, len %d", err, c.Len())
+	}
+	p.Restore()
+}
+
+// TestCacheConcurrent: authentications racing invalidations and a small
+// size bound (run under -race).
+func TestCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	var tokens []string
+	var ids []string
+	for i := range 8 {
+		u, tok, err := tenants.Create(ctx, db, "c"+string(rune('a'+i)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, ids = append(tokens, tok), append(ids, u.ID)
+	}
+	c := tenants.NewCache(tenants.CacheConfig{Size: 4})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				k := (g + i) % len(tokens)
+				u, err := c.Authenticate(ctx, db, tokens[k])
+				if err != nil || u.ID != ids[k] {
+					t.Errorf("Authenticate: %+v, %v", u, err)
+					return
+				}
+				if i%7 == 0 {
+					c.Invalidate(ids[k])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := c.Len(); n > 4 {
+		t.Fatalf("cache holds %d entries, bound 4", n)
+	}
+}
