@@ -133,18 +133,16 @@ func waitForDatabase(ctx context.Context, db *database.DB, logger *slog.Logger, 
 }
 
 // startup brings serve to ready: it waits for the database, runs the
-// migrations on start (retrying while the database is unreachable; any
-// other migration error is fatal) and starts the token cache's listener.
-func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate bool, cache *tenants.Cache, ready *readiness) error {
+// migrations on start, loads what the service needs from the database
+// (load: the configured normalizer aliases) — retrying while the database
+// is unreachable; any other error is fatal — and starts the token cache's
+// listener.
+func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate bool, load func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
 	for {
 		if err := waitForDatabase(ctx, db, logger, ready); err != nil {
 			return err
 		}
-		if !migrate {
-			break
-		}
-		ready.set(errors.New("applying migrations"))
-		err := database.MigrateUp(ctx, db, logger)
+		err := prepare(ctx, db, logger, migrate, load, ready)
 		if err == nil {
 			break
 		}
@@ -152,16 +150,34 @@ func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate 
 			return ctx.Err()
 		}
 		// Lost the database meanwhile: wait for it again. Anything else
-		// (a dirty or newer schema) needs an operator.
+		// (a dirty or newer schema, an invalid alias set) needs an operator.
 		if !database.IsConnectionError(err) && db.Ping(ctx, 2*time.Second) == nil {
 			return err
 		}
-		logger.Warn("migrations interrupted by a database outage; retrying", "error", err.Error())
+		logger.Warn("startup interrupted by a database outage; retrying", "error", err.Error())
 	}
 	if cache != nil {
 		cache.Start()
 	}
 	ready.set(nil)
 	logger.Info("ready")
+	return nil
+}
+
+// prepare is startup's work once the database answers: the migrations on
+// start, then load.
+func prepare(ctx context.Context, db *database.DB, logger *slog.Logger, migrate bool, load func(context.Context) error, ready *readiness) error {
+	if migrate {
+		ready.set(errors.New("applying migrations"))
+		if err := database.MigrateUp(ctx, db, logger); err != nil {
+			return err
+		}
+	}
+	if load != nil {
+		ready.set(errors.New("loading the normalizer aliases"))
+		if err := load(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }

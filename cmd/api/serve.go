@@ -86,10 +86,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if *aliasRefresh <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
-	aliases, err := rekey.NewSource(ctx, db, logger)
-	if err != nil {
-		return err
-	}
+	// Loaded by startup, after the migrations, before serve reports ready.
+	aliases := rekey.Unloaded(db, logger)
 	aliasCtx, stopAliases := context.WithCancel(ctx)
 	defer stopAliases()
 	go aliases.Run(aliasCtx, *aliasRefresh)
@@ -147,7 +145,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	)
 	go func() {
 		defer close(started)
-		if err := startup(sctx, db, logger, *migrateOnStart, tokens, ready); err != nil && sctx.Err() == nil {
+		if err := startup(sctx, db, logger, *migrateOnStart, aliases.Refresh, tokens, ready); err != nil && sctx.Err() == nil {
 			startErr = err
 			cancel(err)
 		}
