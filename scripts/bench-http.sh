@@ -27,6 +27,10 @@
 #   BENCH_BASE_REF     a git ref: checked out with git worktree add into a
 #                      temporary directory and built as the baseline
 #   BENCH_SETTLE       seconds to wait after a phase for Postgres' statistics (11)
+#   BENCH_TENANTS      tenants whose tokens the requests take turns with (256):
+#                      the binary keeps its default per-tenant rate limit
+#                      (RATE_LIMIT), so the load is spread as a multi-tenant
+#                      platform's is, never one tenant at thousands of req/s
 #   DATABASE_URL       the Postgres server (default: scripts/pg-ensure.sh)
 set -euo pipefail
 
@@ -38,6 +42,8 @@ duration=${BENCH_DURATION:-15s}
 duration=${duration%s}
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -gt 0 ] || { say "BENCH_DURATION must be whole seconds, like 15s"; exit 2; }
 conns=${BENCH_CONNECTIONS:-32}
+tenants=${BENCH_TENANTS:-256}
+[[ $tenants =~ ^[0-9]+$ ]] && [ "$tenants" -gt 0 ] || { say "BENCH_TENANTS must be a positive whole number"; exit 2; }
 threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 2)}
 phases=${BENCH_PHASES:-f s h a m z}
 cand_bin=${BENCH_BIN:-bin/api}
@@ -62,7 +68,7 @@ with_db() {
 psql_admin() { psql "$admin_url" -X -v ON_ERROR_STOP=1 -Atq "$@"; }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-http.XXXXXX")
-declare -A server_pid=() db_name=() base_url=() token=() bin=() pool=()
+declare -A server_pid=() db_name=() base_url=() token=() tokens=() bin=() pool=()
 base_tree=""
 cleanup() {
 	local rc=$? side
@@ -138,6 +144,13 @@ start_side() {
 	done
 	[ -n "$created" ] || { say "$side: could not create a tenant through the admin API"; return 1; }
 	token[$side]=$(head -n 1 <<<"$created" | jq -r .token)
+	# More tenants: requests take turns with their tokens (BENCH_TENANTS).
+	local all=${token[$side]} n
+	for n in $(seq 2 "$tenants"); do
+		all+=",$(curl -fsS -H "Authorization: Bearer $admin_token" -H 'Content-Type: application/json' \
+			-d "{\"name\":\"bench-$n\"}" "${base_url[$side]}$path" | jq -r .token)"
+	done
+	tokens[$side]=$all
 	psql "$url" -X -v ON_ERROR_STOP=1 -q -c "CREATE TABLE bench_raw (k text PRIMARY KEY)"
 	mkdir -p "$tmp/$side"
 	"$tmp/benchsql" capture -bin "${bin[$side]}" -database-url "$url" -admin-token "$admin_token" \
@@ -205,7 +218,7 @@ run_pgbench() {
 # run_wrk SIDE PHASE: rate = 2xx responses/s.
 run_wrk() {
 	local side=$1 ph=$2 out res
-	out=$(BENCH_PHASE=$ph BENCH_TOKEN=${token[$side]} BENCH_RUN=$side \
+	out=$(BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side \
 		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" 2>&1) || {
 		say "$side $ph: wrk failed:"
 		echo "$out" >&2

@@ -25,8 +25,9 @@ import (
 
 // proxiedServer starts `api serve` on a fresh empty database reached
 // through a proxy, with scheduled GC off (its commits would race the
-// commit-cut test), and returns both with a direct connection to the
-// database for checks.
+// commit-cut test) and no per-tenant rate limit (the load of one tenant
+// here is about outages, not fairness), and returns both with a direct
+// connection to the database for checks.
 func proxiedServer(t *testing.T, down bool, env ...string) (*server, *dbtest.Proxy, *sql.DB) {
 	t.Helper()
 	dbURL := dbtest.NewDatabase(t, false)
@@ -34,7 +35,7 @@ func proxiedServer(t *testing.T, down bool, env ...string) (*server, *dbtest.Pro
 	if down {
 		p.Refuse()
 	}
-	s := startServerWith(t, serverOptions{DatabaseURL: purl, Env: append([]string{"GC_INTERVAL=0"}, env...), NoWaitReady: down})
+	s := startServerWith(t, serverOptions{DatabaseURL: purl, Env: append([]string{"GC_INTERVAL=0", "RATE_LIMIT=0"}, env...), NoWaitReady: down})
 	direct, err := sql.Open("postgres", dbURL)
 	if err != nil {
 		t.Fatal(err)

@@ -133,20 +133,17 @@ func waitForDatabase(ctx context.Context, db *database.DB, logger *slog.Logger, 
 }
 
 // startup brings serve to ready: it waits for the database, runs the
-// migrations on start (retrying while the database is unreachable; any
-// other migration error is fatal) and starts the token cache's listener.
-// migrate, when not nil, applies the migrations (through
+// migrations on start, loads what the service needs from the database
+// (load: the configured normalizer aliases) — retrying while the database
+// is unreachable; any other error is fatal — and starts the token cache's
+// listener. migrate, when not nil, applies the migrations (through
 // MIGRATE_DATABASE_URL when it is set).
-func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
+func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, load func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
 	for {
 		if err := waitForDatabase(ctx, db, logger, ready); err != nil {
 			return err
 		}
-		if migrate == nil {
-			break
-		}
-		ready.set(errors.New("applying migrations"))
-		err := migrate(ctx)
+		err := prepare(ctx, migrate, load, ready)
 		if err == nil {
 			break
 		}
@@ -154,16 +151,34 @@ func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate 
 			return ctx.Err()
 		}
 		// Lost the database meanwhile: wait for it again. Anything else
-		// (a dirty or newer schema) needs an operator.
+		// (a dirty or newer schema, an invalid alias set) needs an operator.
 		if !database.IsConnectionError(err) && db.Ping(ctx, 2*time.Second) == nil {
 			return err
 		}
-		logger.Warn("migrations interrupted by a database outage; retrying", "error", err.Error())
+		logger.Warn("startup interrupted by a database outage; retrying", "error", err.Error())
 	}
 	if cache != nil {
 		cache.Start()
 	}
 	ready.set(nil)
 	logger.Info("ready")
+	return nil
+}
+
+// prepare is startup's work once the database answers: the migrations on
+// start, then load.
+func prepare(ctx context.Context, migrate, load func(context.Context) error, ready *readiness) error {
+	if migrate != nil {
+		ready.set(errors.New("applying migrations"))
+		if err := migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if load != nil {
+		ready.set(errors.New("loading the normalizer aliases"))
+		if err := load(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }

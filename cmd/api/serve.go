@@ -92,10 +92,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if *aliasRefresh <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
-	aliases, err := rekey.NewSource(ctx, db, logger)
-	if err != nil {
-		return err
-	}
+	// Loaded by startup, after the migrations, before serve reports ready.
+	aliases := rekey.Unloaded(db, logger)
 	aliasCtx, stopAliases := context.WithCancel(ctx)
 	defer stopAliases()
 	go aliases.Run(aliasCtx, *aliasRefresh)
@@ -164,7 +162,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		if *migrateOnStart {
 			migrate = func(ctx context.Context) error { return common.migrateUp(ctx, db, logger) }
 		}
-		if err := startup(sctx, db, logger, migrate, tokens, ready); err != nil && sctx.Err() == nil {
+		if err := startup(sctx, db, logger, migrate, aliases.Refresh, tokens, ready); err != nil && sctx.Err() == nil {
 			startErr = err
 			cancel(err)
 		}

@@ -134,16 +134,24 @@ type Source struct {
 // NewSource loads the stored aliases (an error when they cannot be read or
 // do not form a valid set: the service must not start on other rules).
 func NewSource(ctx context.Context, db *database.DB, logger *slog.Logger) (*Source, error) {
+	s := Unloaded(db, logger)
+	if err := s.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Unloaded returns a Source holding the built-in rules until its first
+// Refresh: for `api serve`, which starts before the database answers (and
+// before its migrations ran) and loads the aliases before it reports ready;
+// until then its API answers 503, so nothing is keyed without them.
+func Unloaded(db *database.DB, logger *slog.Logger) *Source {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	n, err := Load(ctx, db)
-	if err != nil {
-		return nil, err
-	}
 	s := &Source{db: db, logger: logger}
-	s.current.Store(n)
-	return s, nil
+	s.current.Store(normalize.Default())
+	return s
 }
 
 // Current returns the normalizer of the last successful load.

@@ -5,13 +5,18 @@
 --   m  GET  /v1/me
 --   z  GET  /healthz
 -- Unique values are "t<thread>-<counter>": a per-thread counter and the
--- thread's number, so no two requests of a run repeat one. BENCH_TOKEN is
--- the tenant token; BENCH_RUN keeps two binaries' runs apart.
+-- thread's number, so no two requests of a run repeat one. BENCH_TOKENS is
+-- the tenants' tokens, comma-separated: requests take turns with them (the
+-- binary limits each tenant's rate); BENCH_RUN keeps two binaries' runs
+-- apart.
 -- Every response's status is counted (the response hook); done() prints one
 -- "RESULT ..." line that bench-http.sh parses.
 
 local phase = os.getenv("BENCH_PHASE") or "z"
-local token = os.getenv("BENCH_TOKEN") or ""
+local tokens = {}
+for t in string.gmatch(os.getenv("BENCH_TOKENS") or "", "[^,]+") do
+  table.insert(tokens, "Bearer " .. t)
+end
 local run = os.getenv("BENCH_RUN") or "r"
 
 local threads = {}
@@ -26,24 +31,25 @@ end
 function init(args)
   counter = 0
   non2xx = 0
-  if phase == "m" then
-    wrk.method = "GET"
-    wrk.path = "/v1/me"
-    wrk.headers["Authorization"] = "Bearer " .. token
-  elseif phase == "z" then
+  if phase == "z" then
     wrk.method = "GET"
     wrk.path = "/healthz"
   end
 end
 
-local post_headers = {
-  ["Authorization"] = "Bearer " .. token,
-  ["Content-Type"] = "application/json",
-}
+local post_headers = {["Content-Type"] = "application/json"}
+local get_headers = {}
 
-if phase == "h" or phase == "a" then
+if phase == "h" or phase == "a" or phase == "m" then
   function request()
     counter = counter + 1
+    -- The threads start at different tenants and each walks all of them.
+    local auth = tokens[((counter + id * 7919) % #tokens) + 1]
+    if phase == "m" then
+      get_headers["Authorization"] = auth
+      return wrk.format("GET", "/v1/me", get_headers)
+    end
+    post_headers["Authorization"] = auth
     local u = string.format("%s-t%d-%d", run, id, counter)
     if phase == "h" then
       return wrk.format("POST", "/v1/locks/acquire", post_headers,
