@@ -26,7 +26,7 @@ func BenchmarkHASynchronousCommit(b *testing.B) {
 	if _, err := admin.Exec(`CREATE DATABASE repolock`); err != nil {
 		b.Fatal(err)
 	}
-	s := startServerWith(b, serverOptions{DatabaseURL: c.primary.url("repolock"), Env: []string{"GC_INTERVAL=0"}})
+	s := startServerWith(b, serverOptions{DatabaseURL: c.primary.url("repolock"), Env: []string{"GC_INTERVAL=0", "RATE_LIMIT=0"}})
 	tokens := make([]string, 8)
 	for i := range tokens {
 		tokens[i] = s.createTenant(b, fmt.Sprintf("bench-%d", i))
