@@ -70,6 +70,11 @@ test-ui: ## browser tests of the console (/ui/): installs Debian's chromium if i
 		$(GO) test -race -count=1 -timeout 10m -v -run . ./tests/ui/; \
 	echo "test-ui: screenshots in $${ARTIFACTS:-.artifacts}/ui/"
 
+.PHONY: test-ha
+test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_basebackup), crash and promote under load
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" $(GO) test -tags ha -race -count=1 -timeout 15m -run '^TestHA' -v ./tests/
+
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
 	@set -e; url=$$($(PG_TEST)); \
@@ -78,6 +83,12 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 .PHONY: bench-http
 bench-http: build ## the binary at its defaults against its own database: pgbench + wrk, 32 connections, 15 s per phase (BENCH_DURATION=3s, BENCH_BASE_REF=<ref>)
 	@scripts/bench-http.sh
+
+.PHONY: bench-scale
+bench-scale: ## capacity at 10M locks vs 100k (SCALE_LOCKS, SCALE_SMALL, SCALE_TENANTS, SCALE_EVENTS) and the cost of a synchronous standby; long, not in make test
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" $(GO) test -tags ha -run '^$$' -bench 'HASynchronousCommit' -benchtime 1x -timeout 30m ./tests/; \
+	TEST_DATABASE_URL="$$url" $(GO) test -tags scale -run '^$$' -bench 'Scale' -benchtime 1x -timeout 180m ./tests/
 
 .PHONY: fuzz
 fuzz: ## fuzz the URL normalizer and the HTTP layer (each fuzzer FUZZTIME, default 60s) and ask git about ORACLE_RANDOM random spellings

@@ -82,7 +82,7 @@ func startServer(t *testing.T) *server {
 	return startServerWith(t, serverOptions{})
 }
 
-func startServerWith(t *testing.T, opts serverOptions) *server {
+func startServerWith(t testing.TB, opts serverOptions) *server {
 	t.Helper()
 	dbURL := opts.DatabaseURL
 	if dbURL == "" {
@@ -152,7 +152,7 @@ func startServerWith(t *testing.T, opts serverOptions) *server {
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *server) stop(t *testing.T) {
+func (s *server) stop(t testing.TB) {
 	t.Helper()
 	select {
 	case <-s.exited:
@@ -174,7 +174,7 @@ func (s *server) stop(t *testing.T) {
 
 // createTenant creates a tenant over the admin API (with the public client)
 // and returns its token.
-func (s *server) createTenant(t *testing.T, name string) string {
+func (s *server) createTenant(t testing.TB, name string) string {
 	t.Helper()
 	u, err := s.admin(t).CreateUser(t.Context(), client.CreateUserRequest{Name: name})
 	if err != nil {
@@ -190,13 +190,13 @@ func (s *server) createTenant(t *testing.T, name string) string {
 // traffic is validated against api/openapi.yaml (a violation fails t).
 // Tests use it for every call it has; raw HTTP (do, doRaw) is for tests of
 // raw HTTP behaviour.
-func (s *server) client(t *testing.T, token string) *client.Client {
+func (s *server) client(t testing.TB, token string) *client.Client {
 	// No retries: the tests assert the status of every single answer.
 	return client.New(s.URL, client.WithToken(token), client.WithHTTPClient(s.httpClient(t)), client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
 }
 
 // admin is the public client with the admin token.
-func (s *server) admin(t *testing.T) *client.Client { return s.client(t, s.AdminToken) }
+func (s *server) admin(t testing.TB) *client.Client { return s.client(t, s.AdminToken) }
 
 // tenant creates a tenant and returns the public client acting as it.
 func (s *server) tenant(t *testing.T, name string) *client.Client {
@@ -206,7 +206,7 @@ func (s *server) tenant(t *testing.T, name string) *client.Client {
 
 // do sends a JSON request (body nil for none) with a bearer token (empty for
 // none) and decodes a JSON object response (nil for an empty body).
-func (s *server) do(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+func (s *server) do(t testing.TB, method, path, token string, body any) (int, map[string]any) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -233,7 +233,7 @@ func (s *server) do(t *testing.T, method, path, token string, body any) (int, ma
 
 // doRaw sends a request with the given headers and returns status, headers
 // and body.
-func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header, body io.Reader) (int, http.Header, []byte) {
+func (s *server) doRaw(t testing.TB, method, path, token string, hdr http.Header, body io.Reader) (int, http.Header, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -264,7 +264,7 @@ func (s *server) doRaw(t *testing.T, method, path, token string, hdr http.Header
 
 // httpClient is an HTTP client whose exchanges are validated against
 // api/openapi.yaml; a violation fails t. Requests time out after a minute.
-func (s *server) httpClient(t *testing.T) *http.Client {
+func (s *server) httpClient(t testing.TB) *http.Client {
 	return &http.Client{Transport: contracttest.New(t).Transport(t, nil), Timeout: time.Minute}
 }
 
@@ -322,7 +322,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == "DATABASE_URL", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
+		case k == "DATABASE_URL", k == "MIGRATE_DATABASE_URL", k == "REPORTS_DATABASE_URL", k == "DB_PREPARED_STATEMENTS", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
 			k == "LOG_LEVEL", k == "LOG_FORMAT", k == "REQUEST_TIMEOUT", k == "SHUTDOWN_TIMEOUT",
 			strings.HasPrefix(k, "GC_"):
 			continue
@@ -382,7 +382,7 @@ func (b *syncBuffer) snapshot() (string, <-chan struct{}) {
 // waitForLog waits until the server writes a JSON log line for which match
 // is true, woken by each write (no polling). It fails the test if the
 // server exits first or nothing matches within a minute.
-func (s *server) waitForLog(t *testing.T, what string, match func(rec map[string]any) bool) {
+func (s *server) waitForLog(t testing.TB, what string, match func(rec map[string]any) bool) {
 	t.Helper()
 	deadline := time.After(time.Minute)
 	for {

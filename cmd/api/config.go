@@ -83,6 +83,7 @@ type commonFlags struct {
 	logLevel    string
 	logFormat   string
 	env         *env
+	db          dbFlags // dbflags.go
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, e *env) {
@@ -90,6 +91,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, e *env) {
 	// flag defaults: --help would print them.
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres connection URL [DATABASE_URL]")
 	c.env = e
+	c.db.register(fs, e)
 	fs.StringVar(&c.logLevel, "log-level", envOr(e, "LOG_LEVEL", "info"), "log level: debug, info, warn, error [LOG_LEVEL]")
 	fs.StringVar(&c.logFormat, "log-format", envOr(e, "LOG_FORMAT", "json"), "log format: json or text [LOG_FORMAT]")
 }
@@ -116,7 +118,7 @@ func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
 	if c.databaseURL == "" {
 		return nil, fmt.Errorf("no database: set DATABASE_URL or --database-url (make run and make test find or start one with scripts/pg-ensure.sh)")
 	}
-	return database.Open(ctx, c.databaseURL, database.PoolConfig{})
+	return c.db.open(ctx, c.databaseURL, database.PoolConfig{})
 }
 
 // connect returns the logger and an open pool: what every command that

@@ -68,7 +68,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	default:
 		return errUnknownAction(e, fs, action)
 	}
-	logger, db, err := common.connect(ctx, e)
+	logger, db, err := common.connectMigration(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -136,13 +136,14 @@ func waitForDatabase(ctx context.Context, db *database.DB, logger *slog.Logger, 
 // migrations on start, loads what the service needs from the database
 // (load: the configured normalizer aliases) — retrying while the database
 // is unreachable; any other error is fatal — and starts the token cache's
-// listener.
-func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate bool, load func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
+// listener. migrate, when not nil, applies the migrations (through
+// MIGRATE_DATABASE_URL when it is set).
+func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, load func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
 	for {
 		if err := waitForDatabase(ctx, db, logger, ready); err != nil {
 			return err
 		}
-		err := prepare(ctx, db, logger, migrate, load, ready)
+		err := prepare(ctx, migrate, load, ready)
 		if err == nil {
 			break
 		}
@@ -166,10 +167,10 @@ func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate 
 
 // prepare is startup's work once the database answers: the migrations on
 // start, then load.
-func prepare(ctx context.Context, db *database.DB, logger *slog.Logger, migrate bool, load func(context.Context) error, ready *readiness) error {
-	if migrate {
+func prepare(ctx context.Context, migrate, load func(context.Context) error, ready *readiness) error {
+	if migrate != nil {
 		ready.set(errors.New("applying migrations"))
-		if err := database.MigrateUp(ctx, db, logger); err != nil {
+		if err := migrate(ctx); err != nil {
 			return err
 		}
 	}

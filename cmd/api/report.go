@@ -40,7 +40,7 @@ func runReport(ctx context.Context, e *env, args []string) error {
 	if _, err := reports.Lookup(pos[0]); err != nil {
 		return &exitError{code: 2, err: errors.New(repolock.ErrorMessage(err))}
 	}
-	db, err := common.open(ctx)
+	db, _, err := common.openReports(ctx)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/repolock/repolock/internal/console"
-	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
@@ -59,7 +58,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	// The pool does not connect here: serve listens at once, even while
 	// the database is unreachable, and gets ready when it answers.
-	db, err := database.New(dbURL, poolCfg)
+	db, err := common.db.pool(dbURL, poolCfg)
 	if err != nil {
 		return err
 	}
@@ -83,6 +82,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	reportsDB, err := common.openReportsReplica()
+	if err != nil {
+		return err
+	}
+	if reportsDB != nil {
+		defer reportsDB.Close()
+	}
 	if *aliasRefresh <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
@@ -95,7 +101,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tokens := pool.cache(dbURL, logger)
+	// The token listener holds a session (LISTEN): behind a transaction-
+	// pooling PgBouncer it needs the direct connection, MIGRATE_DATABASE_URL.
+	listenURL := dbURL
+	if u := common.db.migrationURL(); u != "" {
+		listenURL = u
+	}
+	tokens := pool.cache(listenURL, logger)
 	defer tokens.Close()
 	ready := &readiness{}
 	ready.set(errors.New("the database has not answered yet"))
@@ -112,6 +124,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:           sync,
 		GC:             collector,
+		ReportsDB:      reportsDB,
 		Tokens:         tokens,
 		Ready:          ready.get,
 	})
@@ -119,7 +132,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	// The operator console under /ui/ (docs/console.md).
-	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken, Collector: collector, Sync: sync})
+	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken, Collector: collector, Sync: sync, ReportsDB: reportsDB})
 	if err != nil {
 		return err
 	}
@@ -145,7 +158,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	)
 	go func() {
 		defer close(started)
-		if err := startup(sctx, db, logger, *migrateOnStart, aliases.Refresh, tokens, ready); err != nil && sctx.Err() == nil {
+		var migrate func(context.Context) error
+		if *migrateOnStart {
+			migrate = func(ctx context.Context) error { return common.migrateUp(ctx, db, logger) }
+		}
+		if err := startup(sctx, db, logger, migrate, aliases.Refresh, tokens, ready); err != nil && sctx.Err() == nil {
 			startErr = err
 			cancel(err)
 		}

@@ -57,6 +57,11 @@ type Config struct {
 	Collector *gc.Collector
 	// Sync is the sync-state store the Sync page reads. Required.
 	Sync *syncstate.Store
+	// ReportsDB, when set, is a read replica (REPORTS_DATABASE_URL) the
+	// read-only statistics read from: the dashboard's counts and charts and
+	// the lock event log (and its CSV). Everything an operator acts on
+	// (tenants, owners, GC runs) reads DB. Optional; nil means DB.
+	ReportsDB *database.DB
 	// SessionTTL is the server-side lifetime of a session (default 12 h).
 	SessionTTL time.Duration
 	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (Secure

@@ -32,12 +32,17 @@ import (
 // data adapts the domain packages to what the pages show.
 type data struct {
 	db        *database.DB
+	reportsDB *database.DB // Config.ReportsDB, or db
 	collector *gc.Collector
 	sync      *syncstate.Store
 }
 
 func newData(cfg Config) *data {
-	return &data{db: cfg.DB, collector: cfg.Collector, sync: cfg.Sync}
+	d := &data{db: cfg.DB, reportsDB: cfg.ReportsDB, collector: cfg.Collector, sync: cfg.Sync}
+	if d.reportsDB == nil {
+		d.reportsDB = cfg.DB
+	}
+	return d
 }
 
 // ---- tenants, tokens ----
@@ -118,7 +123,7 @@ type counts struct {
 
 func (d *data) counts(ctx context.Context) (counts, error) {
 	var c counts
-	err := d.db.GetContext(ctx, &c, `SELECT
+	err := d.reportsDB.GetContext(ctx, &c, `SELECT
 		(SELECT count(*) FROM cluster_users) AS tenants,
 		(SELECT count(*) FROM RepositoryLockOwner) AS locks,
 		(SELECT count(*) FROM applications) AS applications,
@@ -141,7 +146,7 @@ type hourCount struct {
 // counts its count, in the hour of its first denial.
 func (d *data) eventsPerHour(ctx context.Context, events []string, since time.Time) ([]hourCount, error) {
 	var rows []hourCount
-	err := d.db.SelectContext(ctx, &rows, `
+	err := d.reportsDB.SelectContext(ctx, &rows, `
 		SELECT floor(extract(epoch FROM created_at) / 3600)::bigint AS hour, event, sum(count) AS n
 		FROM repository_lock_events
 		WHERE event = ANY($1) AND created_at >= $2
@@ -334,7 +339,7 @@ func (d *data) events(ctx context.Context, f eventFilter, size int) ([]lockEvent
 	where, args := f.where()
 	args = append(args, size+1)
 	var rows []lockEvent
-	err := d.db.SelectContext(ctx, &rows, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
+	err := d.reportsDB.SelectContext(ctx, &rows, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
 		where+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return nil, false, database.MapError(err)
@@ -351,7 +356,7 @@ func (d *data) events(ctx context.Context, f eventFilter, size int) ([]lockEvent
 func (d *data) eachEvent(ctx context.Context, f eventFilter, limit int, fn func(lockEvent) error) error {
 	where, args := f.where()
 	args = append(args, limit)
-	rows, err := d.db.QueryxContext(ctx, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
+	rows, err := d.reportsDB.QueryxContext(ctx, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
 		where+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return database.MapError(err)

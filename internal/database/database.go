@@ -32,6 +32,9 @@ type DB struct {
 	retry RetryPolicy
 	// stmts caches prepared statements by query text (stmt.go).
 	stmts sync.Map
+	// unprepared turns the cache off (behind a transaction-pooling
+	// PgBouncer, pooler.go).
+	unprepared bool
 	// cfg is the pool configuration with defaults applied; maxIdle is
 	// restored after a flush (DiscardIdle).
 	cfg PoolConfig
@@ -87,7 +90,11 @@ func New(url string, cfg PoolConfig) (*DB, error) {
 	if url == "" {
 		return nil, fmt.Errorf("database: no database URL given (set DATABASE_URL)")
 	}
-	sdb, err := sqlx.Open("postgres", url)
+	dsn, err := ConnString(url)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	sdb, err := sqlx.Open("postgres", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("database: open: %w", err)
 	}

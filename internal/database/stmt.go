@@ -31,8 +31,13 @@ func (db *DB) Prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	return s, nil
 }
 
-// GetPrepared is GetContext through the pool's prepared statement for query.
+// GetPrepared is GetContext through the pool's prepared statement for query,
+// or a plain GetContext when the pool runs without prepared statements
+// (SetPreparedStatements(false), for a transaction-pooling PgBouncer).
 func (db *DB) GetPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	if db.unprepared {
+		return db.GetContext(ctx, dest, query, args...)
+	}
 	s, err := db.Prepared(ctx, query)
 	if err != nil {
 		return err

@@ -64,6 +64,9 @@ type Config struct {
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
+	// ReportsDB, when set, is a read replica the report routes read from
+	// (REPORTS_DATABASE_URL); nil means DB. Optional.
+	ReportsDB *database.DB
 	// Normalizers gives the normalizer with the deployment's configured
 	// aliases (cmd/api: a *rekey.Source, loaded at start and refreshed).
 	// Nil: the built-in rules only.

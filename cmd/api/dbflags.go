@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/repolock/repolock/internal/database"
+)
+
+// dbFlags are the database settings beyond DATABASE_URL, for running behind
+// a connection pooler and with read replicas (docs/operations.md):
+//
+//   - DB_PREPARED_STATEMENTS=false: no prepared-statement cache and one
+//     round trip per statement, for PgBouncer in transaction pooling mode;
+//   - MIGRATE_DATABASE_URL: a direct connection for migrations, whose
+//     advisory lock is session-level and so cannot go through such a pooler;
+//   - REPORTS_DATABASE_URL: a read replica for the reporting views.
+type dbFlags struct {
+	prepared   bool
+	migrateURL string
+	reportsURL string
+	env        *env
+}
+
+func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
+	d.env = e
+	fs.BoolVar(&d.prepared, "db-prepared-statements", envBool(e, "DB_PREPARED_STATEMENTS", true),
+		"cache prepared statements; false behind PgBouncer in transaction pooling mode [DB_PREPARED_STATEMENTS]")
+	// URLs may hold passwords: read from the environment after parsing,
+	// never shown as defaults by --help.
+	fs.StringVar(&d.migrateURL, "migrate-database-url", "",
+		"direct (not pooled) Postgres URL for migrations; default: the database URL [MIGRATE_DATABASE_URL]")
+	fs.StringVar(&d.reportsURL, "reports-database-url", "",
+		"Postgres URL (a read replica) for reports; default: the database URL [REPORTS_DATABASE_URL]")
+}
+
+// pool returns a pool on url with the pooler settings applied, without
+// connecting (api serve starts while the database may be down).
+func (d *dbFlags) pool(url string, cfg database.PoolConfig) (*database.DB, error) {
+	if !d.prepared {
+		url = database.ForTransactionPooling(url)
+	}
+	db, err := database.New(url, cfg)
+	if err != nil {
+		return nil, err
+	}
+	db.SetPreparedStatements(d.prepared)
+	return db, nil
+}
+
+// open is pool followed by a ping, for commands that need the database
+// right away.
+func (d *dbFlags) open(ctx context.Context, url string, cfg database.PoolConfig) (*database.DB, error) {
+	db, err := d.pool(url, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Ping(ctx, 10*time.Second); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("database: ping: %w", err)
+	}
+	return db, nil
+}
+
+func (d *dbFlags) migrationURL() string {
+	if d.migrateURL == "" && d.env != nil {
+		d.migrateURL = d.env.getenv("MIGRATE_DATABASE_URL")
+	}
+	return d.migrateURL
+}
+
+func (d *dbFlags) reportingURL() string {
+	if d.reportsURL == "" && d.env != nil {
+		d.reportsURL = d.env.getenv("REPORTS_DATABASE_URL")
+	}
+	return d.reportsURL
+}
+
+// connectMigration is connect for `api migrate`: the pool is on
+// MIGRATE_DATABASE_URL when it is set (DATABASE_URL is then not needed).
+func (c *commonFlags) connectMigration(ctx context.Context, e *env) (*slog.Logger, *database.DB, error) {
+	url := c.db.migrationURL()
+	if url == "" {
+		return c.connect(ctx, e)
+	}
+	logger, err := c.logger(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A direct connection: prepared statements work there.
+	db, err := database.Open(ctx, url, database.PoolConfig{MaxOpenConns: 2, MaxIdleConns: 1})
+	if err != nil {
+		return nil, nil, fmt.Errorf("MIGRATE_DATABASE_URL: %w", err)
+	}
+	return logger, db, nil
+}
+
+// migrateUp applies pending migrations through MIGRATE_DATABASE_URL when it
+// is set, else through db.
+func (c *commonFlags) migrateUp(ctx context.Context, db *database.DB, logger *slog.Logger) error {
+	url := c.db.migrationURL()
+	if url == "" {
+		return database.MigrateUp(ctx, db, logger)
+	}
+	mdb, err := database.Open(ctx, url, database.PoolConfig{MaxOpenConns: 2, MaxIdleConns: 1})
+	if err != nil {
+		return fmt.Errorf("MIGRATE_DATABASE_URL: %w", err)
+	}
+	defer mdb.Close()
+	return database.MigrateUp(ctx, mdb, logger)
+}
+
+// openReportsReplica opens the REPORTS_DATABASE_URL pool for the report
+// routes of api serve, or returns nil when it is not set.
+// It does not connect: like the primary's pool, it may start while the
+// replica is down (report routes then answer 503).
+func (c *commonFlags) openReportsReplica() (*database.DB, error) {
+	url := c.db.reportingURL()
+	if url == "" {
+		return nil, nil
+	}
+	db, err := c.db.pool(url, database.PoolConfig{MaxOpenConns: 4, MaxIdleConns: 2})
+	if err != nil {
+		return nil, fmt.Errorf("REPORTS_DATABASE_URL: %w", err)
+	}
+	return db, nil
+}
+
+// openReports opens the pool reports read from: REPORTS_DATABASE_URL when
+// set, else the ordinary one. The second result is false when it is the
+// ordinary database.
+func (c *commonFlags) openReports(ctx context.Context) (*database.DB, bool, error) {
+	url := c.db.reportingURL()
+	if url == "" {
+		db, err := c.open(ctx)
+		return db, false, err
+	}
+	db, err := c.db.open(ctx, url, database.PoolConfig{MaxOpenConns: 4, MaxIdleConns: 2})
+	if err != nil {
+		return nil, false, fmt.Errorf("REPORTS_DATABASE_URL: %w", err)
+	}
+	return db, true, nil
+}

@@ -1,0 +1,195 @@
+//go:build ha
+
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Failover under load (make test-ha): a primary and a synchronous streaming
+// standby; `api serve` with DATABASE_URL listing both hosts and
+// target_session_attrs=read-write; a create/delete workload through it. The
+// primary is stopped the way a crash would stop it and the standby is
+// promoted in the middle of the load. Requests succeed again within 10 s,
+// every acknowledged write is on the new primary, no repository has two
+// owners, and the requests that failed during the switch answered 503.
+func TestHAFailover(t *testing.T) {
+	c := newHACluster(t)
+	admin := c.primary.open(t, "postgres")
+	if _, err := admin.Exec(`CREATE DATABASE repolock`); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/repolock?sslmode=disable&target_session_attrs=read-write&connect_timeout=3",
+		c.primary.port, c.standby.port)
+	// No per-tenant rate limit: its 429s would hide the answers during the
+	// switch, which are what this test is about.
+	s := startServerWith(t, serverOptions{DatabaseURL: multi, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=5s", "RATE_LIMIT=0"}})
+	const tenants, workersPerTenant, repos = 4, 2, 30
+	tokens := make([]string, tenants)
+	for i := range tokens {
+		tokens[i] = s.createTenant(t, fmt.Sprintf("ha-%d", i))
+	}
+
+	type write struct {
+		id, tenant string
+		deleted    bool
+	}
+	var (
+		mu          sync.Mutex
+		acked       = map[string]*write{} // acknowledged creates by id
+		statuses    = map[int]int{}
+		unexpected  []string
+		stoppedAt   time.Time // when the primary was stopped
+		recoveredAt time.Time // first acknowledged write after that
+		afterStop   atomic.Int64
+		okCount     atomic.Int64
+		done        = make(chan struct{})
+		wg          sync.WaitGroup
+	)
+	// note records a response to a request sent at start.
+	note := func(start time.Time, status int, raw []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		statuses[status]++
+		switch status {
+		case http.StatusCreated, http.StatusNoContent, http.StatusConflict, http.StatusServiceUnavailable:
+		default:
+			unexpected = append(unexpected, fmt.Sprintf("%d %s", status, raw))
+		}
+		if status == http.StatusCreated || status == http.StatusNoContent {
+			okCount.Add(1)
+			// Requests sent after the primary stopped: the new primary's.
+			if !stoppedAt.IsZero() && start.After(stoppedAt) {
+				if recoveredAt.IsZero() {
+					recoveredAt = time.Now()
+				}
+				afterStop.Add(1)
+			}
+		}
+	}
+	for ti, token := range tokens {
+		for w := range workersPerTenant {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					name := fmt.Sprintf("w%d-%d", w, i)
+					url := fmt.Sprintf("https://github.com/ha/repo-%d", (ti*13+w*7+i)%repos)
+					start := time.Now()
+					status, raw := postJSON(t, s, "/v1/applications", token, map[string]any{"name": name, "repo_url": url})
+					note(start, status, raw)
+					if status != http.StatusCreated {
+						continue
+					}
+					var app struct{ ID string }
+					_ = json.Unmarshal(raw, &app)
+					mu.Lock()
+					acked[app.ID] = &write{id: app.ID, tenant: fmt.Sprintf("ha-%d", ti)}
+					mu.Unlock()
+					if i%3 == 0 {
+						start := time.Now()
+						st, _, raw := s.doRaw(t, http.MethodDelete, "/v1/applications/"+app.ID, token, nil, nil)
+						note(start, st, raw)
+						if st == http.StatusNoContent {
+							mu.Lock()
+							acked[app.ID].deleted = true
+							mu.Unlock()
+						}
+					}
+				}
+			}()
+		}
+	}
+
+	// Mid-load: the primary goes away (as in a crash), the standby is
+	// promoted (what Patroni would do).
+	waitUntil(t, 2*time.Minute, func() bool { return okCount.Load() >= 150 })
+	mu.Lock()
+	stoppedAt = time.Now()
+	mu.Unlock()
+	c.primary.stopImmediate()
+	c.standby.promote()
+	t.Logf("primary stopped and standby promoted in %s", time.Since(stoppedAt).Round(time.Millisecond))
+
+	// Requests succeed again within 10 s, and the load goes on for a while.
+	waitUntil(t, 10*time.Second, func() bool { return afterStop.Load() > 0 })
+	waitUntil(t, 2*time.Minute, func() bool { return afterStop.Load() >= 100 })
+	close(done)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("statuses %v; first write sent after the primary stopped acknowledged %s later", statuses, recoveredAt.Sub(stoppedAt).Round(time.Millisecond))
+	if len(unexpected) > 0 {
+		sort.Strings(unexpected)
+		t.Errorf("%d responses other than 201/204/409/503, e.g. %s", len(unexpected), unexpected[0])
+	}
+	if recoveredAt.Sub(stoppedAt) > 10*time.Second {
+		t.Errorf("writes resumed %s after the primary stopped; want within 10s", recoveredAt.Sub(stoppedAt))
+	}
+
+	// Every acknowledged write is on the new primary.
+	db := c.standby.open(t, "repolock")
+	defer db.Close()
+	var inRecovery bool
+	if err := db.QueryRow(`SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil || inRecovery {
+		t.Fatalf("the promoted standby is still in recovery: %v, %v", inRecovery, err)
+	}
+	present := map[string]string{}
+	rows, err := db.Query(`SELECT a.id, u.name FROM applications a JOIN cluster_users u ON u.id = a.cluster_user_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, tenant string
+		if err := rows.Scan(&id, &tenant); err != nil {
+			t.Fatal(err)
+		}
+		present[id] = tenant
+	}
+	rows.Close()
+	var lost, resurrected, kept int
+	for id, w := range acked {
+		owner, ok := present[id]
+		switch {
+		case !w.deleted && !ok:
+			lost++
+		case !w.deleted && owner != w.tenant:
+			t.Errorf("application %s belongs to %s on the new primary, was created by %s", id, owner, w.tenant)
+		case w.deleted && ok:
+			resurrected++
+		case !w.deleted:
+			kept++
+		}
+	}
+	if lost != 0 || resurrected != 0 {
+		t.Fatalf("on the new primary: %d acknowledged creates lost, %d acknowledged deletes undone (of %d acknowledged)", lost, resurrected, len(acked))
+	}
+	t.Logf("%d acknowledged creates (%d still present) all on the new primary", len(acked), kept)
+	checkOwnership(t, c.standby.url("repolock"))
+}
+
+// waitUntil polls cond until it is true or fails the test after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached within %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // the workload's goroutines move the counters
+	}
+}

@@ -1,0 +1,395 @@
+//go:build scale
+
+package tests
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/internal/dbtest"
+)
+
+// Capacity at scale (make bench-scale): the same figures at SCALE_SMALL
+// (default 100,000) and SCALE_LOCKS (default 10,000,000) locks over
+// SCALE_TENANTS (default 10,000) tenants, in one run, each on its own
+// database filled with set-based SQL (generate_series): 99% of the locks
+// referenced by an application or a credential (half each), 1% unreferenced
+// and an hour old, and SCALE_EVENTS (default 1,000,000)
+// repository_lock_events. Then, through the real binary:
+//
+//   - acquire and create-application: p50/p99 and rate of new claims by 8
+//     clients;
+//   - the first page of a tenant's locks;
+//   - one GC run collecting the 1% unreferenced locks;
+//   - report queries (ownership for 100 tenants, the last 1000 denials);
+//   - disk size per table and index.
+//
+// Targets (printed, not asserted): acquire p99 at the large size within
+// 1.5x of the small; GC time proportional to the unreferenced locks, not to
+// the table.
+func BenchmarkScale(b *testing.B) {
+	small := envIntOr("SCALE_SMALL", 100_000)
+	large := envIntOr("SCALE_LOCKS", 10_000_000)
+	tenants := envIntOr("SCALE_TENANTS", 10_000)
+	events := envIntOr("SCALE_EVENTS", 1_000_000)
+	var results []*scaleResult
+	for _, n := range []int{small, large} {
+		results = append(results, runScale(b, n, tenants, events))
+	}
+	s, l := results[0], results[1]
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%-34s %16s %16s %8s\n", "", fmtCount(s.locks)+" locks", fmtCount(l.locks)+" locks", "ratio")
+	row := func(name string, a, c float64, unit string) {
+		fmt.Fprintf(&out, "%-34s %14.2f%-2s %14.2f%-2s %7.2fx\n", name, a, unit, c, unit, c/a)
+	}
+	for _, op := range []string{"acquire", "create application", "list locks (first page)", "report ownership (100 tenants)", "report denials (1000)"} {
+		a, c := s.ops[op], l.ops[op]
+		row(op+" p50", ms(a.p50), ms(c.p50), "ms")
+		row(op+" p99", ms(a.p99), ms(c.p99), "ms")
+		row(op+" rate", a.rate, c.rate, "/s")
+	}
+	row("GC (1% unreferenced) time", s.gcTime.Seconds(), l.gcTime.Seconds(), "s ")
+	row("GC locks deleted", float64(s.gcDeleted), float64(l.gcDeleted), "  ")
+	row("GC time per deleted lock", 1e6*s.gcTime.Seconds()/float64(max(s.gcDeleted, 1)), 1e6*l.gcTime.Seconds()/float64(max(l.gcDeleted, 1)), "µs")
+	row("data generation", s.loadTime.Seconds(), l.loadTime.Seconds(), "s ")
+	fmt.Fprintf(&out, "\ntarget: acquire p99 at %s within 1.5x of at %s: %.2fx\n", fmtCount(l.locks), fmtCount(s.locks), ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99))
+	fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks: %.1fx the deletions took %.1fx the time\n",
+		float64(l.gcDeleted)/float64(max(s.gcDeleted, 1)), l.gcTime.Seconds()/s.gcTime.Seconds())
+	fmt.Fprintf(&out, "\ndisk sizes at %s locks:\n%s", fmtCount(l.locks), l.sizes)
+	fmt.Fprintf(&out, "\ndisk sizes at %s locks:\n%s", fmtCount(s.locks), s.sizes)
+	b.Log(out.String())
+	fmt.Fprint(os.Stderr, out.String())
+	b.ReportMetric(ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99), "acquire_p99_ratio")
+}
+
+type opStats struct {
+	p50, p99 time.Duration
+	rate     float64
+}
+
+type scaleResult struct {
+	locks     int
+	ops       map[string]opStats
+	gcTime    time.Duration
+	gcDeleted int64
+	loadTime  time.Duration
+	sizes     string
+}
+
+func runScale(b *testing.B, locks, tenants, events int) *scaleResult {
+	b.Helper()
+	r := &scaleResult{locks: locks, ops: map[string]opStats{}}
+	dbURL := dbtest.NewDatabase(b, true)
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1) // one session: its SET applies to every statement
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "bench-scale %s: %s %s\n", fmtCount(locks), time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	exec := func(q string, args ...any) {
+		b.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			b.Fatalf("%v\n%s", err, q)
+		}
+	}
+
+	// The data, set-based, the way a bulk load is done: the indexes and
+	// constraints of the tables being filled are dropped first and rebuilt
+	// afterwards with the definitions Postgres reports (index builds sort
+	// once instead of updating the B-trees row by row), and every id is
+	// computed from g (md5 as a uuid: random-looking, like
+	// gen_random_uuid), so references need no join. Lock g belongs to
+	// tenant g % tenants; g % 100 = 0 is unreferenced, odd g has an
+	// application, even g a credential.
+	start := time.Now()
+	exec(`SET synchronous_commit = off`)
+	exec(`SET maintenance_work_mem = '1GB'`)
+	exec(`SET max_parallel_maintenance_workers = 2`)
+	exec(`INSERT INTO cluster_users (name) SELECT 'scale-' || g FROM generate_series(0, $1 - 1) g`, tenants)
+	exec(`CREATE UNLOGGED TABLE scale_tenants AS SELECT (substr(name, 7))::int AS n, id FROM cluster_users WHERE name LIKE 'scale-%'`)
+	exec(`CREATE UNIQUE INDEX ON scale_tenants (n)`)
+	const tables = `'repositorylockowner', 'applications', 'repository_credentials', 'repositorylockapplication', 'repositorylockrepositorycredential', 'repository_lock_events'`
+	var rebuild []string
+	{
+		// Constraints backed by an index (primary and unique keys) and
+		// foreign keys, in the order they can be re-added; then the
+		// plain indexes.
+		rows, err := db.Query(`
+SELECT format('ALTER TABLE %s ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid)),
+       format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname)
+FROM pg_constraint c
+WHERE c.contype IN ('p', 'u', 'f')
+  AND (c.conrelid::regclass::text IN (` + tables + `) OR c.confrelid::regclass::text IN (` + tables + `))
+ORDER BY c.contype = 'f', c.conname`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var drops []string
+		for rows.Next() {
+			var add, drop string
+			if err := rows.Scan(&add, &drop); err != nil {
+				b.Fatal(err)
+			}
+			rebuild = append(rebuild, add)
+			drops = append([]string{drop}, drops...) // foreign keys first
+		}
+		rows.Close()
+		rows, err = db.Query(`
+SELECT pg_get_indexdef(i.indexrelid), format('DROP INDEX %s', i.indexrelid::regclass)
+FROM pg_index i
+WHERE i.indrelid::regclass::text IN (` + tables + `)
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for rows.Next() {
+			var create, drop string
+			if err := rows.Scan(&create, &drop); err != nil {
+				b.Fatal(err)
+			}
+			rebuild = append(rebuild, create)
+			drops = append(drops, drop)
+		}
+		rows.Close()
+		for _, q := range drops {
+			exec(q)
+		}
+	}
+	const chunk = 2_000_000
+	for lo := 0; lo < locks; lo += chunk {
+		hi := min(lo+chunk, locks)
+		exec(`INSERT INTO RepositoryLockOwner (id, git_repository_url, normalizer_version, cluster_user_id, created_at)
+			SELECT md5('lock' || g)::uuid, 'github.com/scale-' || (g % $3) || '/repo-' || g, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond'
+			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3`, lo, hi, tenants)
+		exec(`INSERT INTO applications (id, cluster_user_id, name, repo_url, normalized_url)
+			SELECT md5('app' || g)::uuid, t.id, 'app-' || g, 'https://github.com/scale-' || (g % $3) || '/repo-' || g, 'github.com/scale-' || (g % $3) || '/repo-' || g
+			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3
+			WHERE g % 100 <> 0 AND g % 2 = 1`, lo, hi, tenants)
+		exec(`INSERT INTO RepositoryLockApplication (application_id, lock_id)
+			SELECT md5('app' || g)::uuid, md5('lock' || g)::uuid
+			FROM generate_series($1::int, $2::int - 1) g WHERE g % 100 <> 0 AND g % 2 = 1`, lo, hi)
+		exec(`INSERT INTO repository_credentials (id, cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
+			SELECT md5('cred' || g)::uuid, t.id, 'cred-' || g, 'https://github.com/scale-' || (g % $3) || '/repo-' || g, 'github.com/scale-' || (g % $3) || '/repo-' || g, 'git', 'vault://scale/' || g
+			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3
+			WHERE g % 100 <> 0 AND g % 2 = 0`, lo, hi, tenants)
+		exec(`INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id)
+			SELECT md5('cred' || g)::uuid, md5('lock' || g)::uuid
+			FROM generate_series($1::int, $2::int - 1) g WHERE g % 100 <> 0 AND g % 2 = 0`, lo, hi)
+		progress("%s of %s locks with their references", fmtCount(hi), fmtCount(locks))
+	}
+	exec(`INSERT INTO repository_lock_events (event, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, created_at)
+		SELECT CASE WHEN g % 10 = 0 THEN 'denied' WHEN g % 3 = 0 THEN 'released' ELSE 'acquired' END,
+		       'github.com/scale-' || (g % $2) || '/repo-' || g, t.id, 'scale-' || t.n, t.id, 'scale-' || t.n,
+		       now() - (g % 86400) * interval '1 second'
+		FROM generate_series(0, $1 - 1) g JOIN scale_tenants t ON t.n = g % $2`, events, tenants)
+	progress("rows loaded; rebuilding %d indexes and constraints", len(rebuild))
+	for _, q := range rebuild {
+		exec(q)
+	}
+	exec(`DROP TABLE scale_tenants`)
+	progress("events done; VACUUM ANALYZE")
+	exec(`VACUUM ANALYZE`)
+	r.loadTime = time.Since(start)
+	progress("data ready in %s", r.loadTime.Round(time.Second))
+
+	// Through the binary.
+	s := startServerWith(b, serverOptions{DatabaseURL: dbURL, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=10m"}})
+	clients := make([]string, 8)
+	for i := range clients {
+		clients[i] = s.createTenant(b, fmt.Sprintf("bench-%d", i))
+	}
+	const perClient = 250
+	// Warm-up (not measured): connections, caches, the plan of each query.
+	measure(b, clients, 25, func(ci int, token string, i int) (int, []byte) {
+		return postJSON(b, s, "/v1/locks/acquire", token, map[string]any{"repo_url": fmt.Sprintf("https://github.com/bench-%d/warm-%d", ci, i)})
+	}, http.StatusOK)
+	r.ops["acquire"] = measure(b, clients, perClient, func(ci int, token string, i int) (int, []byte) {
+		return postJSON(b, s, "/v1/locks/acquire", token, map[string]any{"repo_url": fmt.Sprintf("https://github.com/bench-%d/acquire-%d", ci, i)})
+	}, http.StatusOK)
+	r.ops["create application"] = measure(b, clients, perClient, func(ci int, token string, i int) (int, []byte) {
+		return postJSON(b, s, "/v1/applications", token, map[string]any{"name": fmt.Sprintf("app-%d", i), "repo_url": fmt.Sprintf("https://github.com/bench-%d/app-%d", ci, i)})
+	}, http.StatusCreated)
+	// A generated tenant's locks (locks/tenants of them).
+	status, resp := s.do(b, http.MethodPost, "/v1/admin/users/scale-1/tokens", s.AdminToken, nil)
+	bulk, _ := resp["token"].(string)
+	if status != http.StatusCreated || bulk == "" {
+		b.Fatalf("token for scale-1: %d %v", status, resp)
+	}
+	bulkTokens := make([]string, len(clients))
+	for i := range bulkTokens {
+		bulkTokens[i] = bulk
+	}
+	r.ops["list locks (first page)"] = measure(b, bulkTokens, 50, func(_ int, token string, _ int) (int, []byte) {
+		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/locks?page_size=50", token, nil, nil)
+		return st, raw
+	}, http.StatusOK)
+	adminTokens := []string{s.AdminToken, s.AdminToken}
+	r.ops["report ownership (100 tenants)"] = measure(b, adminTokens, 10, func(_ int, token string, _ int) (int, []byte) {
+		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/admin/reports/ownership?limit=100", token, nil, nil)
+		return st, raw
+	}, http.StatusOK)
+	r.ops["report denials (1000)"] = measure(b, adminTokens, 10, func(_ int, token string, _ int) (int, []byte) {
+		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/admin/reports/denials?limit=1000", token, nil, nil)
+		return st, raw
+	}, http.StatusOK)
+	progress("requests measured; GC")
+
+	// GC: the 1% generated unreferenced (an hour old), not the bench's own
+	// fresh acquires.
+	// Through `api gc` (what cron runs): at 10M a run takes longer than an
+	// HTTP client waits.
+	gcStart := time.Now()
+	gcOut, gcErr, code := runCLIWith(b, dbURL, 2*time.Hour, "gc", "--min-age", "1h", "--timeout", "2h")
+	r.gcTime = time.Since(gcStart)
+	var summary struct {
+		Status  string `json:"status"`
+		Deleted int64  `json:"deleted"`
+		Scanned int64  `json:"scanned"`
+		Batches int64  `json:"batches"`
+	}
+	if code != 0 || json.Unmarshal([]byte(gcOut), &summary) != nil || summary.Status != "succeeded" {
+		b.Fatalf("api gc: exit %d\n%s\n%s", code, gcOut, gcErr)
+	}
+	r.gcDeleted = summary.Deleted
+	if want := int64((locks + 99) / 100); r.gcDeleted != want {
+		b.Errorf("gc deleted %d locks, want the %d generated unreferenced ones", r.gcDeleted, want)
+	}
+	progress("GC deleted %d in %s", r.gcDeleted, r.gcTime.Round(time.Millisecond))
+
+	// Disk sizes.
+	rows, err := db.Query(`
+SELECT c.relname, c.relkind, pg_total_relation_size(c.oid), pg_relation_size(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND pg_total_relation_size(c.oid) > 1024 * 1024
+ORDER BY pg_total_relation_size(c.oid) DESC`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sizes strings.Builder
+	for rows.Next() {
+		var name, kind string
+		var total, own int64
+		if err := rows.Scan(&name, &kind, &total, &own); err != nil {
+			b.Fatal(err)
+		}
+		if kind == "r" {
+			fmt.Fprintf(&sizes, "  table %-52s %9s total, %9s heap\n", name, fmtBytes(total), fmtBytes(own))
+		} else {
+			fmt.Fprintf(&sizes, "    index %-50s %9s\n", name, fmtBytes(own))
+		}
+	}
+	rows.Close()
+	var dbSize int64
+	_ = db.QueryRow(`SELECT pg_database_size(current_database())`).Scan(&dbSize)
+	fmt.Fprintf(&sizes, "  database %s\n", fmtBytes(dbSize))
+	r.sizes = sizes.String()
+	// The figures of this size now, so a failure later does not lose them.
+	for op, st := range r.ops {
+		progress("%-32s p50 %8.2f ms  p99 %8.2f ms  %8.1f/s", op, ms(st.p50), ms(st.p99), st.rate)
+	}
+	progress("GC %d deleted in %s; load %s\n%s", r.gcDeleted, r.gcTime.Round(time.Millisecond), r.loadTime.Round(time.Second), r.sizes)
+	s.stop(b)
+	return r
+}
+
+// measure runs perClient calls of do for each token at once and returns the
+// latency percentiles and the rate. Any status but ok fails the benchmark.
+func measure(b *testing.B, tokens []string, perClient int, do func(ci int, token string, i int) (int, []byte), ok int) opStats {
+	b.Helper()
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for ci, token := range tokens {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perClient {
+				t0 := time.Now()
+				status, raw := do(ci, token, i)
+				d := time.Since(t0)
+				if status != ok {
+					b.Errorf("status %d %s", status, raw)
+					return
+				}
+				mu.Lock()
+				lats = append(lats, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(lats) == 0 {
+		b.Fatal("no successful request")
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	return opStats{p50: lats[len(lats)/2], p99: lats[len(lats)*99/100], rate: float64(len(lats)) / elapsed.Seconds()}
+}
+
+func envIntOr(key string, def int) int {
+	if v := os.Getenv(key); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func fmtCount(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d kB", n>>10)
+}
+
+// runCLIWith runs the api binary against dbURL with a timeout.
+func runCLIWith(b *testing.B, dbURL string, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(cleanEnv(), "DATABASE_URL="+dbURL, "LOG_FORMAT=text", "LOG_LEVEL=warn")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			b.Fatalf("api %v: %v", args, err)
+		}
+		return out.String(), errb.String(), ee.ExitCode()
+	}
+	return out.String(), errb.String(), 0
+}
