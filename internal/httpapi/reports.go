@@ -60,9 +60,12 @@ func (s *Server) getReport(c echo.Context) error {
 	}
 	c.Response().WriteHeader(http.StatusOK)
 	if err := rows.Write(c.Response(), format); err != nil {
-		// The status is sent; all that is left is to log and cut the body
-		// short (the client sees truncated JSON or CSV).
-		s.Logger.ErrorContext(ctx, "report: streaming failed", "report", rows.Report.Name, "error", err.Error(), "request_id", requestID(c))
+		// The status is sent, so no error answer is possible. A body that
+		// simply ended here would look complete (CSV has no end marker):
+		// abort the response instead, so the client gets a transport error
+		// (an unterminated chunked body) and never a short report with 200.
+		s.Logger.ErrorContext(ctx, "report: streaming failed; response aborted", "report", rows.Report.Name, "error", err.Error(), "request_id", requestID(c))
+		panic(http.ErrAbortHandler)
 	}
 	return nil
 }

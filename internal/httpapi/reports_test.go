@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"reflect"
 	"testing"
@@ -85,5 +86,55 @@ func TestReportsAPI(t *testing.T) {
 				t.Fatalf("valid_names = %v, want %v", got, valid)
 			}
 		}
+	}
+}
+
+// A report that fails after its first rows were sent (here: its database
+// session is terminated mid-stream) is aborted, never a short body with
+// 200: CSV has no end marker, so a client could not tell.
+func TestReportFailingMidStreamIsAborted(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t)
+	e.tenant("owner")
+	// Enough rows that the stream cannot sit in socket buffers whole.
+	var tenantID string
+	if err := e.db.GetContext(t.Context(), &tenantID, `SELECT id FROM cluster_users WHERE name = 'owner'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ExecContext(t.Context(), `
+		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
+		SELECT 'github.com/o/r' || g, 2, $1 FROM generate_series(1, 50000) g`, tenantID); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/v1/admin/reports/locks?format=csv", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// The first rows arrived; now end the report's session.
+	buf := make([]byte, 4096)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	var killed int
+	if err := e.db.GetContext(t.Context(), &killed, `
+		SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%report_locks%' AND pid <> pg_backend_pid()) t`); err != nil {
+		t.Fatal(err)
+	}
+	if killed != 1 {
+		t.Fatalf("terminated %d report sessions, want 1", killed)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("the report ended cleanly after its session was killed (%d more bytes): a short report looks complete", len(rest))
 	}
 }
