@@ -39,7 +39,7 @@ const Prefix = "/ui"
 // SignInRate per second.
 const (
 	SignInRate  rate.Limit = 1
-	SignInBurst            = 10
+	SignInBurst int        = 10
 )
 
 // DefaultSessionTTL is how long a sign-in lasts.

@@ -438,12 +438,6 @@ func (d *data) needsIndex(ctx context.Context, tenant, host string, size int, to
 	return d.sync.ListRepositories(ctx, u.ID, syncstate.ListOptions{Host: host, NeedsIndex: true, PageSize: size, PageToken: token})
 }
 
-// tenantID resolves a tenant name.
-func (d *data) tenantID(ctx context.Context, name string) (string, error) {
-	u, err := tenants.GetByName(ctx, d.db, name)
-	return u.ID, err
-}
-
 // isNotFound reports a domain not-found error.
 func isNotFound(err error) bool { return repolock.IsCode(err, repolock.ENotFound) }
 

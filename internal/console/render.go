@@ -182,15 +182,10 @@ func derefInt(p *int64) string {
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
-// withParam returns the request's URL (path and query) with key set to
+// withParamOn returns the URL path with the request's query, key set to
 // value (removed when value is ""), keeping every other filter: the stable
-// URL of the next page.
-func withParam(r *http.Request, key, value string) string {
-	return withParamOn(r.URL.Path, r, key, value)
-}
-
-// withParamOn is withParam on another path (a POST answered with a list
-// page links to the list's own GET URL).
+// URL of a list page (a POST answered with a list page links to the list's
+// own GET URL).
 func withParamOn(path string, r *http.Request, key, value string) string {
 	q := r.URL.Query()
 	if value == "" {
