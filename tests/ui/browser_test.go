@@ -111,18 +111,27 @@ func startServer(t *testing.T) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrc := make(chan string, 1)
+	// serve listens at once and logs "ready" once the database answered and
+	// its migrations ran (until then the API answers 503).
+	addrc, readyc := make(chan string, 1), make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		sent := false
+		sent, ready := false, false
 		for sc.Scan() {
 			line := sc.Text()
 			s.logs.WriteLine(line)
 			var rec struct{ Msg, Addr string }
-			if !sent && json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" {
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			if !sent && rec.Msg == "listening" {
 				addrc <- rec.Addr
 				sent = true
+			}
+			if !ready && rec.Msg == "ready" {
+				close(readyc)
+				ready = true
 			}
 		}
 	}()
@@ -147,6 +156,13 @@ func startServer(t *testing.T) *server {
 		t.Fatalf("api serve exited: %v\n%s", s.err, s.logs.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("api serve did not listen within 60s\n%s", s.logs.String())
+	}
+	select {
+	case <-readyc:
+	case <-s.exited:
+		t.Fatalf("api serve exited: %v\n%s", s.err, s.logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("api serve was not ready within 60s\n%s", s.logs.String())
 	}
 	return s
 }
