@@ -1,26 +1,19 @@
-// Package ui holds the console's browser tests: headless Chromium (driven
-// with chromedp) against the real `api serve` binary and a real database.
-// They run only when REPOLOCK_UI_TEST=1 (make test-ui sets it after
-// scripts/ensure-chromium.sh found or installed a Chromium), so a plain
-// `go test ./...` needs no browser.
-package ui
+package tests
+
+// The console's browser tests: headless Chromium (driven with chromedp)
+// against the real `api serve` binary and a real database, through the same
+// harness as every end-to-end test. They run only when REPOLOCK_UI_TEST=1
+// (make test-ui sets it after scripts/ensure-chromium.sh found or installed
+// a Chromium), so a plain `go test ./...` needs no browser.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,36 +22,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-
-	"github.com/repolock/repolock/internal/dbtest"
 )
-
-var binPath string
-
-func enabled() bool { return os.Getenv("REPOLOCK_UI_TEST") == "1" }
-
-func TestMain(m *testing.M) {
-	if !enabled() {
-		fmt.Println("tests/ui: browser tests skipped (run `make test-ui`, which sets REPOLOCK_UI_TEST=1)")
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "repolock-ui-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "api")
-	build := exec.Command("go", "build", "-o", binPath, "../../cmd/api")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "ui: building the api binary failed:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
 
 // chromiumPath is $CHROMIUM or Debian's /usr/bin/chromium.
 func chromiumPath() string {
@@ -70,7 +34,7 @@ func chromiumPath() string {
 
 // artifactsDir is $ARTIFACTS/ui or .artifacts/ui at the repository root.
 func artifactsDir(t *testing.T) string {
-	dir := filepath.Join("..", "..", ".artifacts", "ui")
+	dir := filepath.Join("..", ".artifacts", "ui")
 	if a := os.Getenv("ARTIFACTS"); a != "" {
 		dir = filepath.Join(a, "ui")
 	}
@@ -78,130 +42,6 @@ func artifactsDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// server is a running `api serve`.
-type server struct {
-	URL, AdminToken string
-	cmd             *exec.Cmd
-	logs            *syncBuffer
-	exited          chan struct{}
-	err             error
-}
-
-func startServer(t *testing.T) *server {
-	t.Helper()
-	dbURL := dbtest.NewDatabase(t, false)
-	s := &server{AdminToken: "rla_" + randomHex(16), logs: &syncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(binPath, "serve", "--listen", "127.0.0.1:0", "--log-format", "json")
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || k == "ADMIN_TOKEN" || k == "LISTEN_ADDR" || strings.HasPrefix(k, "GC_") || strings.HasPrefix(k, "LOG_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	s.cmd.Env = append(env, "DATABASE_URL="+dbURL, "ADMIN_TOKEN="+s.AdminToken)
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd.Stdout = s.logs
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// serve listens at once and logs "ready" once the database answered and
-	// its migrations ran (until then the API answers 503).
-	addrc, readyc := make(chan string, 1), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		sent, ready := false, false
-		for sc.Scan() {
-			line := sc.Text()
-			s.logs.WriteLine(line)
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &rec) != nil {
-				continue
-			}
-			if !sent && rec.Msg == "listening" {
-				addrc <- rec.Addr
-				sent = true
-			}
-			if !ready && rec.Msg == "ready" {
-				close(readyc)
-				ready = true
-			}
-		}
-	}()
-	go func() { s.err = s.cmd.Wait(); close(s.exited) }()
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-			t.Errorf("api serve did not exit within 30s of SIGTERM")
-		}
-		if t.Failed() {
-			t.Logf("server logs:\n%s", s.logs.String())
-		}
-	})
-	select {
-	case addr := <-addrc:
-		s.URL = "http://" + addr
-	case <-s.exited:
-		t.Fatalf("api serve exited: %v\n%s", s.err, s.logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("api serve did not listen within 60s\n%s", s.logs.String())
-	}
-	select {
-	case <-readyc:
-	case <-s.exited:
-		t.Fatalf("api serve exited: %v\n%s", s.err, s.logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("api serve was not ready within 60s\n%s", s.logs.String())
-	}
-	return s
-}
-
-// api sends a JSON request with a bearer token and returns status and body.
-func (s *server) api(t *testing.T, method, path, token string, body any) (int, map[string]any) {
-	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.URL+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var out map[string]any
-	raw, _ := io.ReadAll(res.Body)
-	_ = json.Unmarshal(raw, &out)
-	return res.StatusCode, out
-}
-
-func (s *server) tenant(t *testing.T, name string) string {
-	t.Helper()
-	st, out := s.api(t, http.MethodPost, "/v1/admin/users", s.AdminToken, map[string]any{"name": name})
-	tok, _ := out["token"].(string)
-	if st != http.StatusCreated || tok == "" {
-		t.Fatalf("create tenant %s: %d %v", name, st, out)
-	}
-	return tok
 }
 
 // pageErrors collects what the browser reports as errors: uncaught
@@ -249,7 +89,7 @@ func (p *pageErrors) listen(ctx context.Context) error {
 }
 
 func TestConsoleInBrowser(t *testing.T) {
-	if !enabled() {
+	if os.Getenv("REPOLOCK_UI_TEST") != "1" {
 		t.Skip("set REPOLOCK_UI_TEST=1 (make test-ui) to run the browser tests")
 	}
 	chromium := chromiumPath()
@@ -262,19 +102,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Data through the real API: alice owns a repository (an Application
 	// and a Credential hold it), a sync host with two repositories that
 	// were never indexed.
-	alice := srv.tenant(t, "alice")
-	bob := srv.tenant(t, "bob")
-	srv.tenant(t, "carol")
-	if st, out := srv.api(t, http.MethodPost, "/v1/applications", alice, map[string]any{"name": "web", "repo_url": "https://github.com/Org/Repo.git"}); st != http.StatusCreated {
+	alice := srv.createTenant(t, "alice")
+	bob := srv.createTenant(t, "bob")
+	srv.createTenant(t, "carol")
+	if st, out := srv.do(t, http.MethodPost, "/v1/applications", alice, map[string]any{"name": "web", "repo_url": "https://github.com/Org/Repo.git"}); st != http.StatusCreated {
 		t.Fatalf("alice's application: %d %v", st, out)
 	}
-	if st, out := srv.api(t, http.MethodPost, "/v1/repository-credentials", alice, map[string]any{"name": "deploy", "repo_url": "git@github.com:org/repo.git", "secret_ref": "vault:kv/deploy"}); st != http.StatusCreated {
+	if st, out := srv.do(t, http.MethodPost, "/v1/repository-credentials", alice, map[string]any{"name": "deploy", "repo_url": "git@github.com:org/repo.git", "secret_ref": "vault:kv/deploy"}); st != http.StatusCreated {
 		t.Fatalf("alice's credential: %d %v", st, out)
 	}
-	if st, out := srv.api(t, http.MethodPut, "/v1/sync/hosts/pds.example", alice, nil); st != http.StatusCreated {
+	if st, out := srv.do(t, http.MethodPut, "/v1/sync/hosts/pds.example", alice, nil); st != http.StatusCreated {
 		t.Fatalf("sync host: %d %v", st, out)
 	}
-	if st, out := srv.api(t, http.MethodPost, "/v1/sync/hosts/pds.example/events", alice, map[string]any{"events": []map[string]any{
+	if st, out := srv.do(t, http.MethodPost, "/v1/sync/hosts/pds.example/events", alice, map[string]any{"events": []map[string]any{
 		{"cursor": 1, "repo": "did:plc:one", "rev": "rev-1"}, {"cursor": 2, "repo": "did:plc:two", "rev": "rev-1"},
 	}}); st != http.StatusOK {
 		t.Fatalf("sync events: %d %v", st, out)
@@ -398,7 +238,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if before := text("#denials tbody"); !strings.Contains(before, "No denials match.") {
 		t.Fatalf("denials before any refusal: %q", before)
 	}
-	if st, out := srv.api(t, http.MethodPost, "/v1/applications", bob, map[string]any{"name": "mine", "repo_url": "ssh://git@github.com/ORG/repo"}); st != http.StatusConflict {
+	if st, out := srv.do(t, http.MethodPost, "/v1/applications", bob, map[string]any{"name": "mine", "repo_url": "ssh://git@github.com/ORG/repo"}); st != http.StatusConflict {
 		t.Fatalf("bob's claim: %d %v", st, out)
 	}
 	do("denials after", chromedp.Reload(), visible("#denials"), shot("denials"))
@@ -516,34 +356,4 @@ func waitForError(t *testing.T, errs *pageErrors, s string) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) WriteLine(line string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.WriteString(line)
-	b.buf.WriteByte('\n')
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
