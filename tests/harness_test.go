@@ -323,7 +323,7 @@ func cleanEnv() []string {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
 		case k == "DATABASE_URL", k == "MIGRATE_DATABASE_URL", k == "REPORTS_DATABASE_URL", k == "DB_PREPARED_STATEMENTS", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
-			k == "LOG_LEVEL", k == "LOG_FORMAT", k == "REQUEST_TIMEOUT", k == "SHUTDOWN_TIMEOUT",
+			k == "LOG_LEVEL", k == "LOG_FORMAT", k == "REQUEST_TIMEOUT", k == "SHUTDOWN_TIMEOUT", k == "DEBUG_LISTEN_ADDR",
 			strings.HasPrefix(k, "GC_"):
 			continue
 		}

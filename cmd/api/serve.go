@@ -31,6 +31,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		rateLimit       = fs.Float64("rate-limit", envFloat(e, "RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
 		rateBurst       = fs.Int("rate-burst", envInt(e, "RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
 		aliasRefresh    = fs.Duration("alias-refresh", envDuration(e, "ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
+		debugListen     = fs.String("debug-listen", envOr(e, "DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 	)
 	common.register(fs, e)
 	var gcLoop gcLoopFlags
@@ -142,6 +143,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer stopGC()
+	stopDebug, err := serveDebug(*debugListen, logger)
+	if err != nil {
+		return fmt.Errorf("debug listener: %w", err)
+	}
+	defer stopDebug()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
