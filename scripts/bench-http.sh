@@ -31,6 +31,19 @@
 #                      the binary keeps its default per-tenant rate limit
 #                      (RATE_LIMIT), so the load is spread as a multi-tenant
 #                      platform's is, never one tenant at thousands of req/s
+#   BENCH_PROFILE      a directory: the binary also serves Go's profiler
+#                      (DEBUG_LISTEN_ADDR on loopback) and a CPU profile of
+#                      each wrk phase is saved there as SIDE-PHASE.pprof
+#                      (go tool pprof -top bin/api DIR/cand-h.pprof); the
+#                      sampling costs the binary a little CPU, so compare
+#                      rates from runs without it
+#   BENCH_PIN          1: Postgres runs on the first half of the CPUs, this
+#                      script and all it starts (the binary, wrk, pgbench) on
+#                      the other half, as when the service and its database
+#                      are on separate machines: the binary's CPU is then not
+#                      taken from Postgres. Needs a local Postgres whose
+#                      processes this user may re-pin (taskset); their CPU
+#                      affinity is restored at the end
 #   DATABASE_URL       the Postgres server (default: scripts/pg-ensure.sh)
 set -euo pipefail
 
@@ -67,8 +80,9 @@ with_db() {
 }
 psql_admin() { psql "$admin_url" -X -v ON_ERROR_STOP=1 -Atq "$@"; }
 
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-http.XXXXXX")
-declare -A server_pid=() db_name=() base_url=() token=() tokens=() bin=() pool=()
+declare -A server_pid=() db_name=() base_url=() debug_url=() token=() tokens=() bin=() pool=()
 base_tree=""
 cleanup() {
 	local rc=$? side
@@ -81,6 +95,7 @@ cleanup() {
 		psql_admin -c "DROP DATABASE IF EXISTS \"${db_name[$side]}\" WITH (FORCE)" >/dev/null 2>&1
 	done
 	[ -n "$base_tree" ] && git worktree remove --force "$base_tree" >/dev/null 2>&1
+	unpin_postgres
 	if [ $rc -ne 0 ] && [ -d "$tmp" ]; then
 		say "stopped with status $rc; server logs kept in $tmp"
 	else
@@ -90,6 +105,31 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# BENCH_PIN: Postgres' processes on db_cpus, everything else on app_cpus.
+pin_note="not pinned (Postgres, the binary and the load generators share every CPU)"
+pg_pinned=()
+declare -A pg_mask=()
+unpin_postgres() {
+	local p
+	for p in "${pg_pinned[@]}"; do taskset -p "${pg_mask[$p]}" "$p" >/dev/null 2>&1; done
+	pg_pinned=()
+}
+if [ "${BENCH_PIN:-0}" = 1 ]; then
+	ncpu=$(nproc)
+	[ "$ncpu" -ge 2 ] || { say "BENCH_PIN=1 needs at least 2 CPUs"; exit 2; }
+	db_cpus="0-$((ncpu / 2 - 1))"
+	app_cpus="$((ncpu / 2))-$((ncpu - 1))"
+	datadir=$(psql_admin -c 'SHOW data_directory')
+	postmaster=$(head -n 1 "$datadir/postmaster.pid" 2>/dev/null) || { say "BENCH_PIN=1: cannot read $datadir/postmaster.pid (a local Postgres this user can see is needed)"; exit 2; }
+	for p in "$postmaster" $(pgrep -P "$postmaster"); do
+		pg_mask[$p]=$(taskset -p "$p" | awk '{print $NF}')
+		taskset -pc "$db_cpus" "$p" >/dev/null || { unpin_postgres; say "BENCH_PIN=1: cannot set the CPU affinity of Postgres (pid $p)"; exit 2; }
+		pg_pinned+=("$p")
+	done
+	taskset -pc "$app_cpus" $$ >/dev/null
+	pin_note="pinned: Postgres on CPU $db_cpus; the binary, wrk and pgbench on CPU $app_cpus"
+fi
 
 say "building scripts/benchsql"
 go build -o "$tmp/benchsql" ./scripts/benchsql
@@ -121,7 +161,13 @@ start_side() {
 	psql_admin -c "CREATE DATABASE \"$db\"" >/dev/null
 	url=$(with_db "$admin_url" "$db")
 	listen=$("$tmp/benchsql" freeport)
-	DATABASE_URL="$url" ADMIN_TOKEN="$admin_token" LISTEN_ADDR="$listen" \
+	local debug=""
+	if [ -n "${BENCH_PROFILE:-}" ]; then
+		mkdir -p "$BENCH_PROFILE"
+		debug=$("$tmp/benchsql" freeport)
+		debug_url[$side]="http://$debug"
+	fi
+	DATABASE_URL="$url" ADMIN_TOKEN="$admin_token" LISTEN_ADDR="$listen" DEBUG_LISTEN_ADDR="$debug" \
 		"${bin[$side]}" serve >"$tmp/server-$side.log" 2>&1 &
 	server_pid[$side]=$!
 	base_url[$side]="http://$listen"
@@ -217,13 +263,19 @@ run_pgbench() {
 
 # run_wrk SIDE PHASE: rate = 2xx responses/s.
 run_wrk() {
-	local side=$1 ph=$2 out res
+	local side=$1 ph=$2 out res prof=""
+	if [ -n "${debug_url[$side]:-}" ] && [ "$duration" -gt 4 ]; then
+		curl -fsS -o "$BENCH_PROFILE/$side-$ph.pprof" \
+			"${debug_url[$side]}/debug/pprof/profile?seconds=$((duration - 3))" &
+		prof=$!
+	fi
 	out=$(BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side \
 		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" 2>&1) || {
 		say "$side $ph: wrk failed:"
 		echo "$out" >&2
 		return 1
 	}
+	[ -n "$prof" ] && { wait "$prof" || say "$side $ph: no CPU profile"; }
 	grep -v '^RESULT' <<<"$out" | grep -i 'non-2xx\|first non-2xx\|socket errors' | sed "s/^/bench-http: $side $ph: /" >&2 || true
 	res=$(grep '^RESULT' <<<"$out")
 	local requests dur p50us p99us non2xx sockerr
@@ -280,7 +332,8 @@ fmt_rate() { [ -n "${1:-}" ] && awk -v v="$1" 'BEGIN {printf "%.0f", v}' || echo
 
 echo
 echo "make bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+dirty'), ${conns} connections, ${duration}s per phase"
-echo "machine: $(nproc) CPUs; load average before $load_before, after $load_after; Postgres $(psql_admin -c 'SHOW server_version' | cut -d' ' -f1)"
+echo "machine: $(nproc --all) CPUs; load average before $load_before, after $load_after; Postgres $(psql_admin -c 'SHOW server_version' | cut -d' ' -f1)"
+echo "CPUs: $pin_note"
 for side in "${sides[@]}"; do echo "$side: ${bin[$side]}, pool size (max open) ${pool[$side]}"; done
 echo
 header="| phase |"
