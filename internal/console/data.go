@@ -142,7 +142,8 @@ type hourCount struct {
 }
 
 // eventsPerHour counts lock events of the given kinds per hour from since
-// (repository_lock_events_event_created_at_idx). A coalesced denial row
+// (repository_lock_events_created_at_idx; repository_lock_events_denied_idx
+// when only denials are asked for). A coalesced denial row
 // counts its count, in the hour of its first denial.
 func (d *data) eventsPerHour(ctx context.Context, events []string, since time.Time) ([]hourCount, error) {
 	var rows []hourCount
