@@ -276,7 +276,7 @@ run_wrk() {
 		return 1
 	}
 	[ -n "$prof" ] && { wait "$prof" || say "$side $ph: no CPU profile"; }
-	grep -v '^RESULT' <<<"$out" | grep -i 'non-2xx\|first non-2xx\|socket errors' | sed "s/^/bench-http: $side $ph: /" >&2 || true
+	grep -v '^RESULT' <<<"$out" | grep -i 'non-2xx\|socket errors' | sed "s/^/bench-http: $side $ph: /" >&2 || true
 	res=$(grep '^RESULT' <<<"$out")
 	local requests dur p50us p99us non2xx sockerr
 	requests=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$res")
@@ -289,6 +289,10 @@ run_wrk() {
 	p50[$side,$ph]=$(awk -v v="$p50us" 'BEGIN {printf "%.2f", v/1000}')
 	p99[$side,$ph]=$(awk -v v="$p99us" 'BEGIN {printf "%.2f", v/1000}')
 	bad[$side,$ph]=$((non2xx + sockerr))
+	if [ "$non2xx" -gt 0 ]; then
+		# What failed, from the binary's access log (wrk only counts).
+		grep -m 1 '"status":[45][0-9][0-9]' "$tmp/server-$side.log" | sed "s/^/bench-http: $side $ph: first failed request: /" >&2 || true
+	fi
 	count[$side,$ph]=$((requests - non2xx))
 }
 
