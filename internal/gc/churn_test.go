@@ -374,7 +374,7 @@ func invariantViolations(ctx context.Context, db *database.DB) (int, error) {
 			    JOIN RepositoryLockRepositoryCredential rc ON rc.repository_credential_id = c.id
 			    JOIN RepositoryLockOwner o ON o.id = rc.lock_id
 			    WHERE o.cluster_user_id <> c.cluster_user_id OR o.git_repository_url <> c.normalized_url)
-			+ (` + dbtest.UnflaggedLocksSQL + `)`)
+			+ (`+dbtest.UnflaggedLocksSQL+`)`)
 	})
 	return n, err
 }
