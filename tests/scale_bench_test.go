@@ -43,7 +43,7 @@ import (
 //     collects the same number of locks at both sizes; and one run with
 //     nothing to collect (the floor);
 //   - disk size per table and index;
-//   - migration 000011 (the GC candidate flag) applied to the full table:
+//   - migration 000013 (the GC candidate flag) applied to the full table:
 //     migrate down 1, then the time of migrate up.
 //
 // Targets (printed, not asserted): acquire p99 at the large size within
@@ -88,7 +88,7 @@ func BenchmarkScale(b *testing.B) {
 	row(fmt.Sprintf("DELETE %s applications (triggers)", fmtCount(s.fixed)), s.unrefTime.Seconds(), l.unrefTime.Seconds(), "s ")
 	gcRows(fmt.Sprintf("GC of %s unreferenced", fmtCount(s.fixed)), s.gcFixed, l.gcFixed)
 	gcRows("GC with nothing to collect", s.gcIdle, l.gcIdle)
-	row("migrate up 000011 (whole table)", s.migrateTime.Seconds(), l.migrateTime.Seconds(), "s ")
+	row("migrate up 000013 (whole table)", s.migrateTime.Seconds(), l.migrateTime.Seconds(), "s ")
 	row("data generation", s.loadTime.Seconds(), l.loadTime.Seconds(), "s ")
 	fmt.Fprintf(&out, "\ntarget: acquire p99 at %s within 1.5x of at %s: %.2fx\n", fmtCount(l.locks), fmtCount(s.locks), ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99))
 	fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks, not to the table size:\n")
@@ -389,7 +389,7 @@ ORDER BY pg_total_relation_size(c.oid) DESC`)
 	progress("load %s\n%s", r.loadTime.Round(time.Second), r.sizes)
 	s.stop(b)
 
-	// Migration 000011 on the whole table, as an upgrade would run it: it
+	// Migration 000013 on the whole table, as an upgrade would run it: it
 	// holds RepositoryLockOwner exclusively for its duration.
 	if out, errOut, code := runCLIWith(b, dbURL, time.Hour, "migrate", "down", "1"); code != 0 {
 		b.Fatalf("migrate down 1: exit %d\n%s\n%s", code, out, errOut)
@@ -406,7 +406,7 @@ ORDER BY pg_total_relation_size(c.oid) DESC`)
 	if unflagged != 0 {
 		b.Errorf("after migrate up: %d unreferenced locks without the flag", unflagged)
 	}
-	progress("migrate up 000011 in %s (%d candidates: the bench's fresh acquires)", r.migrateTime.Round(time.Millisecond), flagged)
+	progress("migrate up 000013 in %s (%d candidates: the bench's fresh acquires)", r.migrateTime.Round(time.Millisecond), flagged)
 	return r
 }
 

@@ -86,7 +86,7 @@ func NewCredential(t testing.TB, q database.Querier, tenant, name, lockID string
 }
 
 // UnflaggedLocksSQL counts the locks that nothing references and that are
-// not GC candidates: the invariant of migration 000011 (internal/gc,
+// not GC candidates: the invariant of migration 000013 (internal/gc,
 // "Candidates") is that it is 0 after every committed transaction, so in
 // any snapshot.
 const UnflaggedLocksSQL = `

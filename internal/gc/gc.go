@@ -9,7 +9,7 @@
 // # Candidates
 //
 // A run does not walk the lock table. Every lock row carries gc_candidate
-// (migration 000011), and the invariant is: every lock that nothing
+// (migration 000013), and the invariant is: every lock that nothing
 // references has gc_candidate = true. A referenced lock may have it too (a
 // false positive: the run visits it and clears it). A run scans only the
 // candidates, through the partial index repositorylockowner_gc_candidate_idx,
@@ -65,7 +65,7 @@
 // waits for that batch to commit (one batch's statements, milliseconds).
 //
 // A database whose flags are suspect (restored from a dump taken before
-// migration 000011 was applied elsewhere, loaded with triggers disabled)
+// migration 000013 was applied elsewhere, loaded with triggers disabled)
 // is repaired by a full run (Options.Full, api gc --full), which also walks
 // every lock the way runs did before the flag, flags the unreferenced ones
 // it finds without it (Run.Flagged; 0 on a sound database) and collects

@@ -8,7 +8,7 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
-// Migration 000011 on a database with locks: exactly the unreferenced ones
+// Migration 000013 on a database with locks: exactly the unreferenced ones
 // become GC candidates, new locks default to candidates, the triggers work;
 // down removes the column, the index, the triggers and the run columns, and
 // up works again.
@@ -29,10 +29,10 @@ func TestCandidateMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The version before 000011 (numbers may have gaps).
+	// The version before 000013 (numbers may have gaps).
 	var before uint
 	for _, v := range versions {
-		if v < 11 {
+		if v < 13 {
 			before = v
 		}
 	}

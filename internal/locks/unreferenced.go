@@ -71,7 +71,7 @@ WHERE o.id = ANY($2::uuid[]) AND o.id >= $1
 // for the candidates it found referenced. The caller holds a row lock on
 // every id (FOR NO KEY UPDATE or stronger). That is what makes it safe: a
 // transaction removing a reference flags the lock in the same transaction
-// (the reference tables' triggers, migration 000011), first taking FOR NO
+// (the reference tables' triggers, migration 000013), first taking FOR NO
 // KEY UPDATE on it, so either it holds that lock already (and the caller,
 // which takes its locks with SKIP LOCKED, does not have this id), or it
 // waits for the caller's commit and then flags the lock again. The re-check
