@@ -21,15 +21,25 @@ const nilUUID = "00000000-0000-0000-0000-000000000000"
 // at the statement's snapshot. Its cost is the number of candidates, not of
 // locks: for each, two reference-index probes.
 //
-// The "unreferenced" condition is locks.UnreferencedSQL, whose $1 lower
-// bound is the cursor.
+//   - The "unreferenced" condition is locks.UnreferencedSQL, whose $1
+//     lower bound is the cursor.
+//   - It is evaluated on the limited subquery, not next to the LIMIT: there
+//     the planner sizes the NOT EXISTS subplans by every candidate it
+//     expects past the cursor, not by the $3 it reads, and with many
+//     candidates it hashes each reference index from the cursor on instead
+//     of probing it (measured on 1M locks with 100,000 candidates: 100-180
+//     ms per batch instead of 10-17 ms; at 10M it would read millions of
+//     entries per batch). Sized by $3, a hash can only win over the probes
+//     near the end of the id space, where few references are left to read.
 const candidateScanSQL = `
 scan AS MATERIALIZED (
     SELECT o.id, ` + locks.UnreferencedSQL + ` AS unreferenced
-    FROM RepositoryLockOwner o
-    WHERE o.gc_candidate AND o.id > $1
-    ORDER BY o.id
-    LIMIT $3
+    FROM (
+        SELECT o.id FROM RepositoryLockOwner o
+        WHERE o.gc_candidate AND o.id > $1
+        ORDER BY o.id
+        LIMIT $3
+    ) o
 )`
 
 // fullScanSQL is the scan of a full run (Options.Full, the repair mode): the
