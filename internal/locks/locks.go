@@ -23,6 +23,21 @@
 //
 // The foreign keys from the reference tables (ON DELETE NO ACTION) are the
 // backstop: whatever the code does, a referenced lock cannot be deleted.
+//
+// GC candidates (migration 000013): every lock that nothing references has
+// gc_candidate = true, so that the global GC (internal/gc) reads only those
+// rows. A lock is inserted as a candidate (the bare acquire's insert, and
+// the column's default) unless the same statement writes its reference
+// (NewLockCTE); a transaction that removes a reference flags the lock in
+// the reference tables' triggers, after taking FOR NO KEY UPDATE on it; and
+// only the GC clears the flag (ClearCandidates), holding a row lock that
+// conflicts with the trigger's and taken with SKIP LOCKED, on a lock it
+// sees referenced. So a removal either holds the row first (the GC skips
+// the lock), or committed first (the GC sees no reference and keeps the
+// flag), or waits for the GC's commit and then flags the lock again with a
+// new statement. None of these row locks conflicts with the FOR KEY SHARE
+// of this protocol: acquiring and writing a reference never wait for them.
+// The full argument is in the package doc of internal/gc ("Candidates").
 package locks
 
 import (
