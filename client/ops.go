@@ -432,6 +432,9 @@ func (c *Client) RunGC(ctx context.Context, opts GCOptions) (GCRun, error) {
 	if opts.DryRun {
 		q.Set("dry_run", "true")
 	}
+	if opts.Full {
+		q.Set("full", "true")
+	}
 	if opts.BatchSize > 0 {
 		q.Set("batch_size", strconv.Itoa(opts.BatchSize))
 	}

@@ -281,7 +281,10 @@ type SyncRepositoryListOptions struct {
 // GCOptions are the parameters of RunGC; zero values take the server's
 // defaults.
 type GCOptions struct {
-	DryRun    bool
+	DryRun bool
+	// Full: a repair run that also walks every lock, not only the GC
+	// candidates (its time grows with the table).
+	Full      bool
 	BatchSize int
 	// MinAge: locks younger than this are never collected; nil takes the
 	// server's default (GC_MIN_AGE).
@@ -316,10 +319,14 @@ type GCRun struct {
 	Status          string           `json:"status"`
 	Reason          string           `json:"reason"`
 	DryRun          bool             `json:"dry_run"`
+	Full            bool             `json:"full"`
 	MinAgeSeconds   float64          `json:"min_age_seconds"`
 	BatchSize       int              `json:"batch_size"`
+	Candidates      int64            `json:"candidates"`
 	Scanned         int64            `json:"scanned"`
 	Deleted         int64            `json:"deleted"`
+	Cleared         int64            `json:"cleared"`
+	Flagged         int64            `json:"flagged"`
 	Batches         int              `json:"batches"`
 	WouldCollect    []GCCandidate    `json:"would_collect"`
 	Cleaner         *GCCleanerResult `json:"cleaner"`

@@ -32,27 +32,39 @@ import (
 //   - acquire and create-application: p50/p99 and rate of new claims by 8
 //     clients;
 //   - the first page of a tenant's locks;
-//   - one GC run collecting the 1% unreferenced locks;
 //   - report queries (ownership for 100 tenants, the last 1000 denials);
-//   - disk size per table and index.
+//   - GC (api gc, the process start included): one run collecting the 1%
+//     unreferenced locks; one right after it with nothing to collect (its
+//     scan passes over the index entries of the locks just deleted, not yet
+//     vacuumed); then, after a VACUUM of the lock table (what autovacuum
+//     does in time), SCALE_GC_FIXED (default 1,000) applications spread over
+//     the id space are deleted with plain SQL (the reference triggers flag
+//     their locks: the time of that statement is printed too) and one run
+//     collects the same number of locks at both sizes; and one run with
+//     nothing to collect (the floor);
+//   - disk size per table and index;
+//   - migration 000013 (the GC candidate flag) applied to the full table:
+//     migrate down 1, then the time of migrate up.
 //
 // Targets (printed, not asserted): acquire p99 at the large size within
 // 1.5x of the small; GC time proportional to the unreferenced locks, not to
-// the table.
+// the table: the same number of unreferenced locks takes the same time at
+// both sizes.
 func BenchmarkScale(b *testing.B) {
 	small := envIntOr("SCALE_SMALL", 100_000)
 	large := envIntOr("SCALE_LOCKS", 10_000_000)
 	tenants := envIntOr("SCALE_TENANTS", 10_000)
 	events := envIntOr("SCALE_EVENTS", 1_000_000)
+	fixed := envIntOr("SCALE_GC_FIXED", 1000)
 	var results []*scaleResult
 	for _, n := range []int{small, large} {
-		results = append(results, runScale(b, n, tenants, events))
+		results = append(results, runScale(b, n, tenants, events, fixed))
 	}
 	s, l := results[0], results[1]
 	var out strings.Builder
-	fmt.Fprintf(&out, "\n%-34s %16s %16s %8s\n", "", fmtCount(s.locks)+" locks", fmtCount(l.locks)+" locks", "ratio")
+	fmt.Fprintf(&out, "\n%-50s %16s %16s %8s\n", "", fmtCount(s.locks)+" locks", fmtCount(l.locks)+" locks", "ratio")
 	row := func(name string, a, c float64, unit string) {
-		fmt.Fprintf(&out, "%-34s %14.2f%-2s %14.2f%-2s %7.2fx\n", name, a, unit, c, unit, c/a)
+		fmt.Fprintf(&out, "%-50s %14.2f%-2s %14.2f%-2s %7.2fx\n", name, a, unit, c, unit, c/a)
 	}
 	for _, op := range []string{"acquire", "create application", "list locks (first page)", "report ownership (100 tenants)", "report denials (1000)"} {
 		a, c := s.ops[op], l.ops[op]
@@ -60,18 +72,49 @@ func BenchmarkScale(b *testing.B) {
 		row(op+" p99", ms(a.p99), ms(c.p99), "ms")
 		row(op+" rate", a.rate, c.rate, "/s")
 	}
-	row("GC (1% unreferenced) time", s.gcTime.Seconds(), l.gcTime.Seconds(), "s ")
-	row("GC locks deleted", float64(s.gcDeleted), float64(l.gcDeleted), "  ")
-	row("GC time per deleted lock", 1e6*s.gcTime.Seconds()/float64(max(s.gcDeleted, 1)), 1e6*l.gcTime.Seconds()/float64(max(l.gcDeleted, 1)), "µs")
+	gcRows := func(name string, a, c gcStats) {
+		row(name+" time", a.time.Seconds(), c.time.Seconds(), "s ")
+		if a.Deleted > 0 || c.Deleted > 0 {
+			row(name+": locks deleted", float64(a.Deleted), float64(c.Deleted), "  ")
+		}
+		row(name+": candidates visited", float64(a.Candidates), float64(c.Candidates), "  ")
+		if a.Deleted > 0 && c.Deleted > 0 {
+			row(name+": time per deleted lock", 1e6*a.time.Seconds()/float64(a.Deleted), 1e6*c.time.Seconds()/float64(c.Deleted), "µs")
+		}
+	}
+	gcRows("GC of the 1% unreferenced", s.gcPercent, l.gcPercent)
+	gcRows("GC right after, nothing to collect", s.gcAfter, l.gcAfter)
+	row("VACUUM RepositoryLockOwner", s.vacuumTime.Seconds(), l.vacuumTime.Seconds(), "s ")
+	row(fmt.Sprintf("DELETE %s applications (triggers)", fmtCount(s.fixed)), s.unrefTime.Seconds(), l.unrefTime.Seconds(), "s ")
+	gcRows(fmt.Sprintf("GC of %s unreferenced", fmtCount(s.fixed)), s.gcFixed, l.gcFixed)
+	gcRows("GC with nothing to collect", s.gcIdle, l.gcIdle)
+	row("migrate up 000013 (whole table)", s.migrateTime.Seconds(), l.migrateTime.Seconds(), "s ")
 	row("data generation", s.loadTime.Seconds(), l.loadTime.Seconds(), "s ")
 	fmt.Fprintf(&out, "\ntarget: acquire p99 at %s within 1.5x of at %s: %.2fx\n", fmtCount(l.locks), fmtCount(s.locks), ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99))
-	fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks: %.1fx the deletions took %.1fx the time\n",
-		float64(l.gcDeleted)/float64(max(s.gcDeleted, 1)), l.gcTime.Seconds()/s.gcTime.Seconds())
+	fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks, not to the table size:\n")
+	fmt.Fprintf(&out, "  the same %s unreferenced locks in a %.0fx larger table took %.2fx the time\n",
+		fmtCount(l.fixed), float64(l.locks)/float64(s.locks), l.gcFixed.time.Seconds()/s.gcFixed.time.Seconds())
+	fmt.Fprintf(&out, "  1%%: %.1fx the deletions took %.1fx the time\n",
+		float64(l.gcPercent.Deleted)/float64(max(s.gcPercent.Deleted, 1)), l.gcPercent.time.Seconds()/s.gcPercent.time.Seconds())
+	fmt.Fprintf(&out, "\ncandidate scan at %s locks:\n%s", fmtCount(l.locks), l.plan)
 	fmt.Fprintf(&out, "\ndisk sizes at %s locks:\n%s", fmtCount(l.locks), l.sizes)
 	fmt.Fprintf(&out, "\ndisk sizes at %s locks:\n%s", fmtCount(s.locks), s.sizes)
 	b.Log(out.String())
 	fmt.Fprint(os.Stderr, out.String())
 	b.ReportMetric(ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99), "acquire_p99_ratio")
+	b.ReportMetric(l.gcFixed.time.Seconds()/s.gcFixed.time.Seconds(), "gc_fixed_ratio")
+}
+
+// gcStats is one api gc run: its wall time (process start included) and
+// figures.
+type gcStats struct {
+	time       time.Duration
+	Status     string `json:"status"`
+	Candidates int64  `json:"candidates"`
+	Scanned    int64  `json:"scanned"`
+	Deleted    int64  `json:"deleted"`
+	Cleared    int64  `json:"cleared"`
+	Batches    int64  `json:"batches"`
 }
 
 type opStats struct {
@@ -80,17 +123,17 @@ type opStats struct {
 }
 
 type scaleResult struct {
-	locks     int
-	ops       map[string]opStats
-	gcTime    time.Duration
-	gcDeleted int64
-	loadTime  time.Duration
-	sizes     string
+	locks, fixed                        int
+	ops                                 map[string]opStats
+	gcPercent, gcAfter, gcFixed, gcIdle gcStats
+	vacuumTime, unrefTime, migrateTime  time.Duration
+	loadTime                            time.Duration
+	sizes, plan                         string
 }
 
-func runScale(b *testing.B, locks, tenants, events int) *scaleResult {
+func runScale(b *testing.B, locks, tenants, events, fixed int) *scaleResult {
 	b.Helper()
-	r := &scaleResult{locks: locks, ops: map[string]opStats{}}
+	r := &scaleResult{locks: locks, fixed: fixed, ops: map[string]opStats{}}
 	dbURL := dbtest.NewDatabase(b, true)
 	db, err := sql.Open("postgres", dbURL)
 	if err != nil {
@@ -114,7 +157,8 @@ func runScale(b *testing.B, locks, tenants, events int) *scaleResult {
 	// once instead of updating the B-trees row by row), and every id is
 	// computed from g (md5 as a uuid: random-looking, like
 	// gen_random_uuid), so references need no join. Lock g belongs to
-	// tenant g % tenants; g % 100 = 0 is unreferenced, odd g has an
+	// tenant g % tenants; g % 100 = 0 is unreferenced (and so a GC
+	// candidate: gc_candidate is true exactly there), odd g has an
 	// application, even g a credential.
 	start := time.Now()
 	exec(`SET synchronous_commit = off`)
@@ -173,8 +217,9 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 	const chunk = 2_000_000
 	for lo := 0; lo < locks; lo += chunk {
 		hi := min(lo+chunk, locks)
-		exec(`INSERT INTO RepositoryLockOwner (id, git_repository_url, normalizer_version, cluster_user_id, created_at)
-			SELECT md5('lock' || g)::uuid, 'github.com/scale-' || (g % $3) || '/repo-' || g, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond'
+		exec(`INSERT INTO RepositoryLockOwner (id, git_repository_url, normalizer_version, cluster_user_id, created_at, gc_candidate)
+			SELECT md5('lock' || g)::uuid, 'github.com/scale-' || (g % $3) || '/repo-' || g, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond',
+			       g % 100 = 0
 			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3`, lo, hi, tenants)
 		exec(`INSERT INTO applications (id, cluster_user_id, name, repo_url, normalized_url)
 			SELECT md5('app' || g)::uuid, t.id, 'app-' || g, 'https://github.com/scale-' || (g % $3) || '/repo-' || g, 'github.com/scale-' || (g % $3) || '/repo-' || g
@@ -208,7 +253,7 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 	progress("data ready in %s", r.loadTime.Round(time.Second))
 
 	// Through the binary.
-	s := startServerWith(b, serverOptions{DatabaseURL: dbURL, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=10m"}})
+	s := startServerWith(b, serverOptions{DatabaseURL: dbURL, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=10m", "RATE_LIMIT=0"}})
 	clients := make([]string, 8)
 	for i := range clients {
 		clients[i] = s.createTenant(b, fmt.Sprintf("bench-%d", i))
@@ -249,27 +294,66 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 	}, http.StatusOK)
 	progress("requests measured; GC")
 
-	// GC: the 1% generated unreferenced (an hour old), not the bench's own
-	// fresh acquires.
-	// Through `api gc` (what cron runs): at 10M a run takes longer than an
-	// HTTP client waits.
-	gcStart := time.Now()
-	gcOut, gcErr, code := runCLIWith(b, dbURL, 2*time.Hour, "gc", "--min-age", "1h", "--timeout", "2h")
-	r.gcTime = time.Since(gcStart)
-	var summary struct {
-		Status  string `json:"status"`
-		Deleted int64  `json:"deleted"`
-		Scanned int64  `json:"scanned"`
-		Batches int64  `json:"batches"`
+	// GC through `api gc` (what cron runs): at 10M a full scan took longer
+	// than an HTTP client waits. Only the generated locks are old enough
+	// (--min-age 1h), not the bench's own fresh acquires.
+	gc := func(what string) gcStats {
+		b.Helper()
+		start := time.Now()
+		out, errOut, code := runCLIWith(b, dbURL, 2*time.Hour, "gc", "--min-age", "1h", "--timeout", "2h")
+		st := gcStats{time: time.Since(start)}
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Status != "succeeded" {
+			b.Fatalf("api gc (%s): exit %d\n%s\n%s", what, code, out, errOut)
+		}
+		progress("GC %s: deleted %d of %d candidates (cleared %d) in %s", what, st.Deleted, st.Candidates, st.Cleared, st.time.Round(time.Millisecond))
+		return st
 	}
-	if code != 0 || json.Unmarshal([]byte(gcOut), &summary) != nil || summary.Status != "succeeded" {
-		b.Fatalf("api gc: exit %d\n%s\n%s", code, gcOut, gcErr)
+	timed := func(q string, args ...any) time.Duration {
+		b.Helper()
+		start := time.Now()
+		exec(q, args...)
+		return time.Since(start)
 	}
-	r.gcDeleted = summary.Deleted
-	if want := int64((locks + 99) / 100); r.gcDeleted != want {
-		b.Errorf("gc deleted %d locks, want the %d generated unreferenced ones", r.gcDeleted, want)
+	r.gcPercent = gc("of the 1% unreferenced")
+	if want := int64((locks + 99) / 100); r.gcPercent.Deleted != want {
+		b.Errorf("gc deleted %d locks, want the %d generated unreferenced ones", r.gcPercent.Deleted, want)
 	}
-	progress("GC deleted %d in %s", r.gcDeleted, r.gcTime.Round(time.Millisecond))
+	r.gcAfter = gc("right after, nothing to collect")
+	r.vacuumTime = timed(`VACUUM ANALYZE RepositoryLockOwner`)
+	// The same number of unreferenced locks at every size: the applications
+	// of fixed locks spread evenly over g (odd g: application-referenced),
+	// deleted in one plain SQL statement; the reference triggers flag their
+	// locks.
+	step := locks / fixed
+	r.unrefTime = timed(`DELETE FROM applications WHERE id IN (
+		SELECT md5('app' || ((k * $1) | 1))::uuid FROM generate_series(0, $2::int - 1) k)`, step, fixed)
+	r.gcFixed = gc(fmt.Sprintf("of %s unreferenced", fmtCount(fixed)))
+	if r.gcFixed.Deleted != int64(fixed) {
+		b.Errorf("gc deleted %d locks, want the %d made unreferenced", r.gcFixed.Deleted, fixed)
+	}
+	r.gcIdle = gc("with nothing to collect")
+	var plan []string
+	if err := func() error {
+		rows, err := db.Query(`EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
+			SELECT o.id FROM RepositoryLockOwner o
+			WHERE o.gc_candidate AND o.id > '00000000-0000-0000-0000-000000000000'
+			ORDER BY o.id LIMIT 1000`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				return err
+			}
+			plan = append(plan, "  "+line)
+		}
+		return rows.Err()
+	}(); err != nil {
+		b.Fatal(err)
+	}
+	r.plan = strings.Join(plan, "\n") + "\n"
 
 	// Disk sizes.
 	rows, err := db.Query(`
@@ -302,8 +386,27 @@ ORDER BY pg_total_relation_size(c.oid) DESC`)
 	for op, st := range r.ops {
 		progress("%-32s p50 %8.2f ms  p99 %8.2f ms  %8.1f/s", op, ms(st.p50), ms(st.p99), st.rate)
 	}
-	progress("GC %d deleted in %s; load %s\n%s", r.gcDeleted, r.gcTime.Round(time.Millisecond), r.loadTime.Round(time.Second), r.sizes)
+	progress("load %s\n%s", r.loadTime.Round(time.Second), r.sizes)
 	s.stop(b)
+
+	// Migration 000013 on the whole table, as an upgrade would run it: it
+	// holds RepositoryLockOwner exclusively for its duration.
+	if out, errOut, code := runCLIWith(b, dbURL, time.Hour, "migrate", "down", "1"); code != 0 {
+		b.Fatalf("migrate down 1: exit %d\n%s\n%s", code, out, errOut)
+	}
+	start = time.Now()
+	if out, errOut, code := runCLIWith(b, dbURL, time.Hour, "migrate", "up"); code != 0 {
+		b.Fatalf("migrate up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	r.migrateTime = time.Since(start)
+	var unflagged, flagged int
+	if err := db.QueryRow(`SELECT count(*) FILTER (WHERE gc_candidate), count(*) FILTER (WHERE NOT gc_candidate AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id) AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id)) FROM RepositoryLockOwner o`).Scan(&flagged, &unflagged); err != nil {
+		b.Fatal(err)
+	}
+	if unflagged != 0 {
+		b.Errorf("after migrate up: %d unreferenced locks without the flag", unflagged)
+	}
+	progress("migrate up 000013 in %s (%d candidates: the bench's fresh acquires)", r.migrateTime.Round(time.Millisecond), flagged)
 	return r
 }
 

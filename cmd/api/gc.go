@@ -82,6 +82,9 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "gc", "",
 		"Runs one global lock GC: deletes every ownership lock that no Application and no Credential\n"+
 			"references and that is older than --min-age, in batches, then runs the repository Cleaner.\n"+
+			"A run visits only the GC candidates (locks flagged when they lost a reference or were\n"+
+			"created without one), so its time grows with the garbage, not with the table; --full\n"+
+			"also walks every lock, to repair the flags of a database restored from elsewhere.\n"+
 			"Prints the run as JSON on stdout. Exits 0 when the run succeeded or was skipped because\n"+
 			"another collection is running (\"skipped: another collection is running\" on stderr),\n"+
 			"1 when it failed, 2 on bad flags. For cron jobs and Kubernetes CronJobs.")
@@ -90,6 +93,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 		run     gcRunFlags
 		metrics metricsTextfile
 		dryRun  = fs.Bool("dry-run", false, "report what would be collected; delete nothing, skip the repository Cleaner")
+		full    = fs.Bool("full", false, "repair: also walk every lock, flag the unreferenced ones found without the GC candidate flag (\"flagged\") and collect them; takes time proportional to the table (with --dry-run: count what it would flag)")
 		timeout = fs.Duration("timeout", envDuration(e, "GC_TIMEOUT", 10*time.Minute),
 			"give up after this long; batches committed before stay collected [GC_TIMEOUT]")
 	)
@@ -108,6 +112,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	}
 	opts := run.options(gc.TriggerCLI)
 	opts.DryRun = *dryRun
+	opts.Full = *full
 	ret, err := run.retention()
 	if err != nil {
 		return err

@@ -311,3 +311,40 @@ func TestServeWithGCDisabled(t *testing.T) {
 		t.Fatalf("logs:\n%s", errOut)
 	}
 }
+
+// A database whose flags are wrong (here: unreferenced locks without the
+// GC candidate flag, as after a data-only restore with triggers disabled):
+// a run does not see those locks; --full --dry-run counts them and --full
+// flags and collects them.
+func TestGCCommandFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newGCCLI(t)
+	c.orphans(3)
+	if _, err := c.db.ExecContext(ctx, `UPDATE RepositoryLockOwner SET gc_candidate = false`); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := c.run(ctx, "gc")
+	if r := decodeRun(t, out); code != 0 || r.Full || r.Candidates != 0 || r.Deleted != 0 || r.Flagged != 0 {
+		t.Fatalf("gc: exit %d, %+v, stderr %s", code, r, errOut)
+	}
+	code, out, errOut = c.run(ctx, "gc", "--full", "--dry-run")
+	if r := decodeRun(t, out); code != 0 || !r.Full || !r.DryRun || r.Flagged != 3 || r.Scanned != 3 || r.Deleted != 0 {
+		t.Fatalf("gc --full --dry-run: exit %d, %+v, stderr %s", code, r, errOut)
+	}
+	if n := c.count(`SELECT count(*) FROM RepositoryLockOwner WHERE gc_candidate`); n != 0 {
+		t.Fatalf("a dry run flagged %d locks", n)
+	}
+	code, out, errOut = c.run(ctx, "gc", "--full")
+	r := decodeRun(t, out)
+	if code != 0 || !r.Full || r.Flagged != 3 || r.Deleted != 3 {
+		t.Fatalf("gc --full: exit %d, %+v, stderr %s", code, r, errOut)
+	}
+	if got, err := gc.GetRun(ctx, c.db, r.ID); err != nil || !got.Full || got.Flagged != 3 || got.Deleted != 3 {
+		t.Fatalf("recorded run %+v, %v", got, err)
+	}
+	if n := c.count(`SELECT count(*) FROM RepositoryLockOwner`); n != 0 {
+		t.Fatalf("%d locks left after gc --full", n)
+	}
+}

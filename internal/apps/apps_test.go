@@ -50,6 +50,20 @@ func TestReferenceCounting(t *testing.T) {
 		t.Fatalf("a2 = %+v", a2)
 	}
 	checkInvariants(t, db)
+	// The one-statement create wrote the lock with its reference: not a GC
+	// candidate. Losing one of its references makes it one (the reference
+	// tables' triggers), though it is still referenced.
+	candidate := func() bool {
+		t.Helper()
+		var c bool
+		if err := db.GetContext(ctx, &c, `SELECT gc_candidate FROM RepositoryLockOwner WHERE id = $1`, lockID); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if candidate() {
+		t.Fatal("a lock created with its application is a GC candidate")
+	}
 
 	steps := []struct {
 		del         func() error
@@ -68,6 +82,9 @@ func TestReferenceCounting(t *testing.T) {
 			l, err := locks.Get(ctx, db, alice.ID, lockID)
 			if err != nil || id != lockID || l.Applications != st.apps || l.RepositoryCredentials != st.creds {
 				t.Fatalf("step %d: lock %q %+v %v, want %s with %d apps %d creds", i, id, l, err, lockID, st.apps, st.creds)
+			}
+			if !candidate() {
+				t.Fatalf("step %d: the lock lost a reference and is not a GC candidate", i)
 			}
 		} else if id != "" {
 			t.Fatalf("step %d: lock %s survived its last reference", i, id)

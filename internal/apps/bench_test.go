@@ -268,8 +268,9 @@ func BenchmarkLocks(b *testing.B) {
 
 	// aP is a as a prepared statement (one round trip, cached plan), the
 	// strictest floor. a' is the floor of an audited acquire: the lock row
-	// and its "acquired" event row in the one prepared statement Acquire
-	// sends.
+	// and its "acquired" event row in one prepared statement (NewLockCTE;
+	// the statement Acquire sends differs only in writing the lock as a GC
+	// candidate, one entry in a small partial index).
 	auditedInsert := `WITH ` + locks.NewLockCTE + ` SELECT id FROM lock`
 	var e5xx atomic.Int64
 	jobs := []job{

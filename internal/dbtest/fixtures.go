@@ -84,3 +84,13 @@ func NewCredential(t testing.TB, q database.Querier, tenant, name, lockID string
 	}
 	return id
 }
+
+// UnflaggedLocksSQL counts the locks that nothing references and that are
+// not GC candidates: the invariant of migration 000013 (internal/gc,
+// "Candidates") is that it is 0 after every committed transaction, so in
+// any snapshot.
+const UnflaggedLocksSQL = `
+SELECT count(*) FROM RepositoryLockOwner o
+WHERE NOT o.gc_candidate
+  AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id)`

@@ -205,17 +205,18 @@ func seedBench(b *testing.B, db *database.DB) {
 }
 
 // benchLockInsert inserts n locks named bench.example.com/<kind>/<i>, spread
-// over the tenants, then runs then over them (as CTE l).
+// over the tenants, then runs then over them (as CTE l). Only orphans are GC
+// candidates, as the one-statement creates leave the others.
 func benchLockInsert(kind string, n int, then string) string {
 	return fmt.Sprintf(`
 		WITH t AS (SELECT array_agg(id ORDER BY name) AS ids FROM cluster_users),
 		l AS (
-			INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
-			SELECT 'bench.example.com/%s/' || g, 1, t.ids[1 + g %% %d], now() - interval '1 hour'
+			INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at, gc_candidate)
+			SELECT 'bench.example.com/%s/' || g, 1, t.ids[1 + g %% %d], now() - interval '1 hour', %t
 			FROM generate_series(1, %d) g, t
 			RETURNING id, cluster_user_id, git_repository_url, created_at, split_part(git_repository_url, '/', 3) AS n
 		)
-		%s`, kind, benchTenants, n, then)
+		%s`, kind, benchTenants, kind == "orphan", n, then)
 }
 
 // copyBenchDB copies the seeded database with a file copy (much faster than

@@ -15,22 +15,50 @@ import (
 // nilUUID starts the keyset cursor: every uuid sorts after it.
 const nilUUID = "00000000-0000-0000-0000-000000000000"
 
-// unreferencedSQL is the candidate scan shared by the batch and the dry run:
-// the next $3 locks past the cursor $1 (in id order) that nothing
-// references. It merges three indexes in id order (the primary key and the
-// two lock_id indexes), all with index-only scans.
+// candidateScanSQL is the scan of a run: the next $3 candidates
+// (gc_candidate, through the partial index repositorylockowner_gc_candidate_idx)
+// past the cursor $1, in id order, each with whether anything references it
+// at the statement's snapshot. Its cost is the number of candidates, not of
+// locks: for each, two reference-index probes.
 //
-//   - "Unreferenced" is locks.UnreferencedSQL, whose redundant
-//     "lock_id >= $1" bounds matter here: the planner does not carry
-//     o.id > $1 over to the reference tables by itself, and without them
-//     every batch re-reads the reference indexes from the start (measured on
-//     1M locks: 690 ms instead of 22 ms for a batch in the middle).
+//   - The "unreferenced" condition is locks.UnreferencedSQL, whose $1
+//     lower bound is the cursor.
+//   - It is evaluated on the limited subquery, not next to the LIMIT: there
+//     the planner sizes the NOT EXISTS subplans by every candidate it
+//     expects past the cursor, not by the $3 it reads, and with many
+//     candidates it hashes each reference index from the cursor on instead
+//     of probing it (measured on 1M locks with 100,000 candidates: 100-180
+//     ms per batch instead of 10-17 ms; at 10M it would read millions of
+//     entries per batch). Sized by $3, a hash can only win over the probes
+//     near the end of the id space, where few references are left to read.
+const candidateScanSQL = `
+scan AS MATERIALIZED (
+    SELECT o.id, ` + locks.UnreferencedSQL + ` AS unreferenced
+    FROM (
+        SELECT o.id FROM RepositoryLockOwner o
+        WHERE o.gc_candidate AND o.id > $1
+        ORDER BY o.id
+        LIMIT $3
+    ) o
+)`
+
+// fullScanSQL is the scan of a full run (Options.Full, the repair mode): the
+// next $3 locks past the cursor $1 that nothing references, flagged or not.
+// It merges three indexes in id order (the primary key and the two lock_id
+// indexes), all with index-only scans, so a run reads every entry of them:
+// its time grows with the table.
+//
+//   - The redundant "lock_id >= $1" bounds of locks.UnreferencedSQL matter
+//     here: the planner does not carry o.id > $1 over to the reference
+//     tables by itself, and without them every batch re-reads the reference
+//     indexes from the start (measured on 1M locks: 690 ms instead of 22 ms
+//     for a batch in the middle).
 //   - No row lock is taken here: with FOR UPDATE in the same query block,
 //     Postgres needs the ctid of every joined reference row (for its
 //     recheck), which turns the index-only scans into heap scans.
-const unreferencedSQL = `
-unref AS MATERIALIZED (
-    SELECT o.id
+const fullScanSQL = `
+scan AS MATERIALIZED (
+    SELECT o.id, true AS unreferenced
     FROM RepositoryLockOwner o
     WHERE o.id > $1
       AND ` + locks.UnreferencedSQL + `
@@ -38,24 +66,51 @@ unref AS MATERIALIZED (
     LIMIT $3
 )`
 
-// selectBatchSQL finds the next batch of candidates and locks those older
-// than the minimum age ($2 seconds). SKIP LOCKED passes over the locks a
-// concurrent request is referencing (it holds a row lock until it commits)
-// instead of waiting. It returns how many candidates the batch scanned, the
-// last one (the next cursor) and the ids it locked.
-const selectBatchSQL = `
-WITH ` + unreferencedSQL + `,
-locked AS (
+// lockBatchSQL follows a scan: it locks, with SKIP LOCKED (a lock another
+// transaction holds a conflicting row lock on is passed over, never waited
+// on):
+//
+//   - doomed: the unreferenced ones older than the minimum age ($2
+//     seconds), FOR UPDATE, to be deleted. A request that is writing a
+//     reference holds FOR KEY SHARE on the lock row, so such a lock is
+//     skipped.
+//   - kept: the referenced ones, FOR NO KEY UPDATE, to have their flag
+//     cleared. That lock does not conflict with the FOR KEY SHARE of
+//     acquirers and foreign-key checks (creates are never held up by it);
+//     it conflicts with the FOR NO KEY UPDATE a reference removal's trigger
+//     takes before flagging the lock (locks.ClearCandidates).
+//
+// Unreferenced candidates younger than the minimum age stay flagged and
+// untouched. It returns how many locks the scan found, the last one (the
+// next cursor), the ids of each kind, and every unreferenced id (a full run
+// flags them).
+const lockBatchSQL = `,
+doomed AS (
     SELECT o.id
     FROM RepositoryLockOwner o
-    JOIN unref u ON u.id = o.id
-    WHERE o.created_at < now() - make_interval(secs => $2)
+    JOIN scan s ON s.id = o.id
+    WHERE s.unreferenced AND o.created_at < now() - make_interval(secs => $2)
     FOR UPDATE OF o SKIP LOCKED
+),
+kept AS (
+    SELECT o.id
+    FROM RepositoryLockOwner o
+    JOIN scan s ON s.id = o.id
+    WHERE NOT s.unreferenced
+    FOR NO KEY UPDATE OF o SKIP LOCKED
 )
 SELECT
-    (SELECT count(*) FROM unref) AS candidates,
-    (SELECT id FROM unref ORDER BY id DESC LIMIT 1) AS cursor,
-    COALESCE((SELECT array_agg(id ORDER BY id) FROM locked), '{}') AS ids`
+    (SELECT count(*) FROM scan) AS found,
+    (SELECT id FROM scan ORDER BY id DESC LIMIT 1) AS cursor,
+    COALESCE((SELECT array_agg(id ORDER BY id) FROM doomed), '{}') AS doomed,
+    COALESCE((SELECT array_agg(id ORDER BY id) FROM kept), '{}') AS kept,
+    COALESCE((SELECT array_agg(id ORDER BY id) FROM scan WHERE unreferenced), '{}') AS unreferenced`
+
+// The batch statements of the two scans.
+const (
+	selectBatchSQL     = `WITH ` + candidateScanSQL + lockBatchSQL
+	selectFullBatchSQL = `WITH ` + fullScanSQL + lockBatchSQL
+)
 
 // selectOneSQL locks one lock of a batch being retried lock by lock.
 const selectOneSQL = `
@@ -65,55 +120,87 @@ WHERE o.id = $1 AND ` + locks.UnreferencedSQL + `
 FOR UPDATE OF o SKIP LOCKED`
 
 type batch struct {
-	Candidates int            `db:"candidates"`
-	Cursor     sql.NullString `db:"cursor"`
-	IDs        pq.StringArray `db:"ids"`
+	Found        int            `db:"found"`
+	Cursor       sql.NullString `db:"cursor"`
+	Doomed       pq.StringArray `db:"doomed"`
+	Kept         pq.StringArray `db:"kept"`
+	Unreferenced pq.StringArray `db:"unreferenced"`
 }
 
-// collect deletes batches until one comes back short.
+// collect runs the passes of a run: a full run first walks every lock
+// (flagging the unreferenced ones it finds without the flag), then every
+// run walks the candidates.
 func (c *Collector) collect(ctx context.Context, opts Options, r *Run, log *slog.Logger) error {
+	if opts.Full {
+		if err := c.collectPass(ctx, selectFullBatchSQL, true, opts, r, log); err != nil {
+			return err
+		}
+	}
+	return c.collectPass(ctx, selectBatchSQL, false, opts, r, log)
+}
+
+// collectPass runs batches of one scan until one comes back short. Each
+// batch is one transaction: scan and lock; (full) flag the unreferenced
+// locks found without the flag; delete the doomed ones that nothing
+// references now; clear the flag of the locked ones something references.
+func (c *Collector) collectPass(ctx context.Context, query string, full bool, opts Options, r *Run, log *slog.Logger) error {
 	cursor := nilUUID
 	minAge := opts.MinAge.Seconds()
 	for {
-		var b batch
-		var deleted int64
+		var (
+			b                         batch
+			deleted, cleared, flagged int64
+		)
 		err := c.db.WithTx(ctx, func(tx database.Tx) error {
-			b, deleted = batch{}, 0
-			if err := tx.GetContext(ctx, &b, selectBatchSQL, cursor, minAge, opts.BatchSize); err != nil {
+			b, deleted, cleared, flagged = batch{}, 0, 0, 0
+			if err := tx.GetContext(ctx, &b, query, cursor, minAge, opts.BatchSize); err != nil {
 				return fmt.Errorf("select batch: %w", err)
 			}
-			if len(b.IDs) == 0 {
-				return nil
+			var err error
+			if full {
+				if flagged, err = locks.FlagCandidates(ctx, tx, b.Unreferenced); err != nil {
+					return fmt.Errorf("flag candidates: %w", err)
+				}
 			}
 			// locks.DeleteUnreferenced re-checks, with the statement's
 			// fresh snapshot, that nothing references each lock (a
-			// reference committed after the candidate scan but before the
-			// row lock is seen there) and records the collected events.
-			n, err := locks.DeleteUnreferenced(ctx, tx, b.IDs)
-			if err != nil {
+			// reference committed after the scan but before the row lock
+			// is seen there) and records the collected events.
+			if deleted, err = locks.DeleteUnreferenced(ctx, tx, b.Doomed); err != nil {
 				return fmt.Errorf("delete batch: %w", err)
 			}
-			deleted = n
+			// The doomed locks still here were referenced by the delete's
+			// snapshot; with the kept ones, they lose their flag.
+			if cleared, err = locks.ClearCandidates(ctx, tx, append(append([]string{}, b.Doomed...), b.Kept...)); err != nil {
+				return fmt.Errorf("clear candidates: %w", err)
+			}
 			return nil
 		})
-		if err != nil && database.PQCode(err) == database.CodeForeignKeyViolation && len(b.IDs) > 0 {
+		if err != nil && database.PQCode(err) == database.CodeForeignKeyViolation && len(b.Doomed) > 0 {
 			// A reference the re-check could not see: keep the batch's
-			// referenced locks, collect the rest one by one.
-			log.Warn("gc: a batch hit a foreign key; retrying it lock by lock", "locks", len(b.IDs), "error", err.Error())
-			deleted, err = c.collectOneByOne(ctx, b.IDs, log)
+			// referenced locks, collect the rest one by one (flags are left
+			// for the next run).
+			log.Warn("gc: a batch hit a foreign key; retrying it lock by lock", "locks", len(b.Doomed), "error", err.Error())
+			cleared, flagged = 0, 0
+			deleted, err = c.collectOneByOne(ctx, b.Doomed, log)
 		}
 		if err != nil {
 			return err
 		}
-		if b.Candidates == 0 {
+		if b.Found == 0 {
 			return nil
 		}
 		r.Batches++
-		r.Scanned += int64(len(b.IDs))
+		if !full {
+			r.Candidates += int64(b.Found)
+		}
+		r.Scanned += int64(len(b.Doomed))
 		r.Deleted += deleted
+		r.Cleared += cleared
+		r.Flagged += flagged
 		c.metrics.observeCollected(deleted)
 		cursor = b.Cursor.String
-		if b.Candidates < opts.BatchSize {
+		if b.Found < opts.BatchSize {
 			return nil
 		}
 	}
@@ -153,38 +240,58 @@ func (c *Collector) collectOneByOne(ctx context.Context, ids []string, log *slog
 	return total, nil
 }
 
-// dryRunSQL lists the next batch of candidates past the cursor, each with
-// whether it is old enough to be collected, without locking anything.
-const dryRunSQL = `
-WITH ` + unreferencedSQL + `
+// dryRunSelectSQL follows a scan: the locks it found, each with whether
+// it is old enough to be collected and whether it has the flag, without
+// locking anything.
+const dryRunSelectSQL = `
 SELECT o.id, o.git_repository_url, o.cluster_user_id, COALESCE(u.name, '') AS owner_name, o.created_at,
-       o.created_at < now() - make_interval(secs => $2) AS eligible
-FROM unref
-JOIN RepositoryLockOwner o ON o.id = unref.id
+       o.created_at < now() - make_interval(secs => $2) AS eligible, s.unreferenced, o.gc_candidate
+FROM scan s
+JOIN RepositoryLockOwner o ON o.id = s.id
 LEFT JOIN cluster_users u ON u.id = o.cluster_user_id
 ORDER BY o.id`
 
+// The dry-run statements of the two scans.
+const (
+	dryRunSQL     = `WITH ` + candidateScanSQL + dryRunSelectSQL
+	dryRunFullSQL = `WITH ` + fullScanSQL + dryRunSelectSQL
+)
+
 // dryRun counts what collect would delete now, walking the same batches,
-// and keeps the first DryRunSampleLimit candidates.
+// and keeps the first DryRunSampleLimit candidates. A full dry run walks
+// every lock instead of the candidates, and also counts the unreferenced
+// locks that have no flag (Flagged: what a full run would repair).
 func (c *Collector) dryRun(ctx context.Context, opts Options, r *Run) error {
+	query := dryRunSQL
+	if opts.Full {
+		query = dryRunFullSQL
+	}
 	cursor := nilUUID
 	minAge := opts.MinAge.Seconds()
 	r.WouldCollect = []Candidate{}
 	type row struct {
 		Candidate
-		Eligible bool `db:"eligible"`
+		Eligible     bool `db:"eligible"`
+		Unreferenced bool `db:"unreferenced"`
+		Flag         bool `db:"gc_candidate"`
 	}
 	for {
 		var rows []row
-		if err := c.db.SelectContext(ctx, &rows, dryRunSQL, cursor, minAge, opts.BatchSize); err != nil {
+		if err := c.db.SelectContext(ctx, &rows, query, cursor, minAge, opts.BatchSize); err != nil {
 			return fmt.Errorf("dry run: select batch: %w", err)
 		}
 		if len(rows) == 0 {
 			return nil
 		}
 		r.Batches++
+		if !opts.Full {
+			r.Candidates += int64(len(rows))
+		}
 		for _, cand := range rows {
-			if !cand.Eligible {
+			if opts.Full && !cand.Flag {
+				r.Flagged++
+			}
+			if !cand.Eligible || !cand.Unreferenced {
 				continue
 			}
 			r.Scanned++

@@ -6,25 +6,93 @@
 // records every run in gc_runs and schedules runs for the server. (The SQL
 // reporting views are served by internal/reports.)
 //
+// # Candidates
+//
+// A run does not walk the lock table. Every lock row carries gc_candidate
+// (migration 000013), and the invariant is: every lock that nothing
+// references has gc_candidate = true. A referenced lock may have it too (a
+// false positive: the run visits it and clears it). A run scans only the
+// candidates, through the partial index repositorylockowner_gc_candidate_idx,
+// so its time grows with the garbage (plus the locks younger than the
+// minimum age and the referenced candidates since the last run), not with
+// the table. The invariant is kept on every path that can leave a lock
+// unreferenced:
+//
+//   - Insert. A lock is inserted flagged (the column's default is true),
+//     except by the statements that insert it together with its reference
+//     (locks.NewLockCTE, used by internal/apps' one-statement creates): the
+//     bare acquire, Acquire's own insert and re-keying's insert flag it.
+//   - A reference goes away: DELETE (the API, CLI, a cascade from an
+//     application, a credential or a tenant, an operator's SQL), an UPDATE
+//     of lock_id (moving an application to another URL, re-keying) or
+//     TRUNCATE of a reference table. Statement-level triggers on both
+//     reference tables flag the lock in the same transaction. They first
+//     take FOR NO KEY UPDATE on every lock that lost a reference, whether
+//     flagged already or not, then set the flag where it is missing, in a
+//     new statement.
+//   - Clearing. Only a run clears the flag (locks.ClearCandidates), on a
+//     lock it holds a row lock on (FOR NO KEY UPDATE, or FOR UPDATE),
+//     and only where a reference exists at that statement's fresh snapshot.
+//
+// Why no unreferenced lock can end up without the flag: a run clears the
+// flag of lock L only while holding a row lock that conflicts with the
+// trigger's FOR NO KEY UPDATE, and it takes its row locks with SKIP LOCKED.
+// Take a transaction T that removes L's last reference; its trigger holds
+// L's row lock from the end of the removing statement until T ends. Then
+// one of these happened:
+//
+//   - T's trigger held L when the run tried to lock it: the run skipped L
+//     and left its flag alone; T's trigger flagged L if it was not.
+//   - T committed before the run locked L: the clearing statement, which
+//     comes after the lock, sees T's removal, finds L unreferenced and
+//     leaves the flag (which T set).
+//   - The run locked L before T's trigger: the trigger waits for the run.
+//     The clearing statement still sees T's reference (T has not
+//     committed) and may clear the flag; when the run commits, the trigger
+//     gets the row lock and its UPDATE, a new statement under READ
+//     COMMITTED, sees the cleared flag and sets it again. (The run cannot
+//     have deleted L instead: L was referenced at its delete's snapshot.)
+//   - TRUNCATE of a reference table holds ACCESS EXCLUSIVE on it, which the
+//     clearing statement needs to read it: either the truncation waits for
+//     the run's transaction to end and then flags what is unreferenced, or
+//     the clearing statement waits for the truncation to commit and sees
+//     the table empty.
+//
+// Acquirers and foreign-key checks hold FOR KEY SHARE on the lock rows they
+// are referencing, which conflicts with neither the trigger's FOR NO KEY
+// UPDATE nor the run's clearing lock: creating a reference never waits for
+// GC. A request removing a reference of a lock in the batch being cleared
+// waits for that batch to commit (one batch's statements, milliseconds).
+//
+// A database whose flags are suspect (restored from a dump taken before
+// migration 000013 was applied elsewhere, loaded with triggers disabled)
+// is repaired by a full run (Options.Full, api gc --full), which also walks
+// every lock the way runs did before the flag, flags the unreferenced ones
+// it finds without it (Run.Flagged; 0 on a sound database) and collects
+// them.
+//
 // # Safety
 //
 // A lock is collected only when it is older than a minimum age (default 1
 // minute) and, at the time it is deleted, no reference row points at it.
 // Each batch runs in its own READ COMMITTED transaction:
 //
-//  1. One statement finds the next BatchSize unreferenced locks past a
-//     keyset cursor (an index-only scan, no locks) and locks those older than
-//     the minimum age with FOR UPDATE SKIP LOCKED. A request that is creating
-//     a reference holds a row lock on the lock row (the foreign key check
-//     takes FOR KEY SHARE, and internal/locks takes it explicitly when it
-//     re-acquires an existing lock), so such rows are skipped: never waited
-//     on, never failed.
+//  1. One statement finds the next BatchSize candidates past a keyset
+//     cursor (no locks), with whether each is referenced, and locks the
+//     unreferenced ones older than the minimum age with FOR UPDATE SKIP
+//     LOCKED and the referenced ones with FOR NO KEY UPDATE SKIP LOCKED.
+//     A request that is creating a reference holds a row lock on the lock
+//     row (the foreign key check takes FOR KEY SHARE, and internal/locks
+//     takes it explicitly when it re-acquires an existing lock), so such
+//     rows are skipped for deletion: never waited on, never failed.
 //  2. locks.DeleteUnreferenced (DELETE ... WHERE id = ANY(batch) AND
 //     locks.UnreferencedSQL) runs with a fresh snapshot, after GC holds the row locks: it sees
 //     every reference committed before the locks were taken, and no new
 //     reference can be written while GC holds them (the writer waits, then
 //     finds the lock gone and acquires a fresh one).
-//  3. The foreign keys (NO ACTION) stay the final guard: if the DELETE still
+//  3. locks.ClearCandidates clears the flag of the locked locks that are
+//     referenced at its own fresh snapshot (see Candidates).
+//  4. The foreign keys (NO ACTION) stay the final guard: if the DELETE still
 //     violates one, the batch is rolled back and retried lock by lock, and
 //     only the locks that are really referenced are kept.
 //
@@ -121,6 +189,13 @@ type Options struct {
 	// MinAge protects young locks: only locks created more than MinAge ago
 	// are collected (>= 0).
 	MinAge time.Duration
+	// Full also walks every lock, not only the candidates (gc_candidate):
+	// the repair mode for a database whose flags are suspect (restored from
+	// elsewhere, triggers disabled while loading). It flags every
+	// unreferenced lock it finds without the flag (Run.Flagged) and collects
+	// the old ones, then walks the candidates like any run. Its time grows
+	// with the table. A full dry run counts what it would flag.
+	Full bool
 	// SkipIfRanWithin, when positive, skips the run when a collection (not a
 	// dry run) succeeded that started within this window. The serve loop
 	// sets it so that replicas share one collection per interval.
@@ -175,17 +250,32 @@ type Run struct {
 	Holder  string  `json:"holder,omitempty"`
 	Status  Status  `json:"status"`
 	// Reason says why a run was skipped.
-	Reason        string  `json:"reason,omitempty"`
-	DryRun        bool    `json:"dry_run"`
+	Reason string `json:"reason,omitempty"`
+	DryRun bool   `json:"dry_run"`
+	// Full is a repair run that also walked every lock (Options.Full).
+	Full          bool    `json:"full"`
 	MinAgeSeconds float64 `json:"min_age_seconds"`
 	BatchSize     int     `json:"batch_size"`
+	// Candidates counts the candidates (locks flagged gc_candidate) the
+	// batches visited: unreferenced locks, old enough or not, and
+	// referenced ones flagged since they lost a reference or were created
+	// without one.
+	Candidates int64 `json:"candidates"`
 	// Scanned counts the unreferenced locks older than the minimum age that
-	// the batches examined; in a dry run, what would be collected.
+	// the batches locked and examined; in a dry run, what would be
+	// collected.
 	Scanned int64 `json:"scanned"`
 	// Deleted counts the locks collected (0 in a dry run).
 	Deleted int64 `json:"deleted"`
-	// Batches counts the batch transactions that found unreferenced locks
-	// (old enough or not).
+	// Cleared counts the referenced candidates whose flag the run cleared
+	// (0 in a dry run).
+	Cleared int64 `json:"cleared"`
+	// Flagged counts, in a full run, the unreferenced locks found without
+	// the flag, which the run flagged (a full dry run: would flag). Not 0
+	// means the flags were wrong.
+	Flagged int64 `json:"flagged"`
+	// Batches counts the batch transactions whose scan found locks
+	// (candidates, or in a full run's first pass unreferenced locks).
 	Batches int `json:"batches"`
 	// WouldCollect lists the first DryRunSampleLimit candidates of a dry run.
 	WouldCollect []Candidate `json:"would_collect,omitempty"`
@@ -319,10 +409,11 @@ func (c *Collector) runOnce(ctx context.Context, kind Kind, opts Options) (Run, 
 		Trigger:       opts.Trigger,
 		Holder:        c.holder,
 		DryRun:        opts.DryRun,
+		Full:          opts.Full,
 		MinAgeSeconds: opts.MinAge.Seconds(),
 		BatchSize:     opts.BatchSize,
 	}
-	log := c.logger.With("kind", kind, "trigger", opts.Trigger, "dry_run", opts.DryRun)
+	log := c.logger.With("kind", kind, "trigger", opts.Trigger, "dry_run", opts.DryRun, "full", opts.Full)
 
 	lease, ok, err := acquireLease(ctx, c.db, LeaseName, c.holder, c.leaseTTL)
 	if err != nil {
@@ -376,7 +467,8 @@ func (c *Collector) runOnce(ctx context.Context, kind Kind, opts Options) (Run, 
 	}
 	c.metrics.observeRun(r, r.DurationSeconds)
 
-	attrs := []any{"status", r.Status, "scanned", r.Scanned, "deleted", r.Deleted, "batches", r.Batches, "duration_seconds", r.DurationSeconds}
+	attrs := []any{"status", r.Status, "candidates", r.Candidates, "scanned", r.Scanned, "deleted", r.Deleted,
+		"cleared", r.Cleared, "flagged", r.Flagged, "batches", r.Batches, "duration_seconds", r.DurationSeconds}
 	if r.Cleaner != nil {
 		attrs = append(attrs, "cleaner_cleaned", r.Cleaner.Cleaned, "cleaner_failed", r.Cleaner.Failed)
 	}

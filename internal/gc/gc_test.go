@@ -47,7 +47,32 @@ func seedScenario(t *testing.T, db *database.DB) scenario {
 	dbtest.NewCredential(t, db, s.bob, "cred-1", s.locks["git.example.com/b/cred-ref"])
 	dbtest.NewApplication(t, db, s.alice, "app-2", s.locks["git.example.com/a/both-ref"])
 	dbtest.NewCredential(t, db, s.alice, "cred-2", s.locks["git.example.com/a/both-ref"])
+	// The referenced locks are not GC candidates, as the one-statement
+	// creates of internal/apps leave them (the fixtures insert with the
+	// column's default, a candidate).
+	for _, u := range referenced {
+		mustExec(t, db, `UPDATE RepositoryLockOwner SET gc_candidate = false WHERE id = $1`, s.locks[u])
+	}
 	return s
+}
+
+// flagAll makes every lock a GC candidate, as a lock is after a bare
+// acquire followed by an Application, or after losing one of two
+// references.
+func flagAll(t *testing.T, db *database.DB) {
+	t.Helper()
+	mustExec(t, db, `UPDATE RepositoryLockOwner SET gc_candidate = true`)
+}
+
+// candidateURLs returns the URLs of the locks flagged gc_candidate, sorted.
+func candidateURLs(t testing.TB, q database.Querier) []string {
+	t.Helper()
+	urls := []string{}
+	if err := q.SelectContext(context.Background(), &urls,
+		`SELECT git_repository_url FROM RepositoryLockOwner WHERE gc_candidate ORDER BY git_repository_url`); err != nil {
+		t.Fatal(err)
+	}
+	return urls
 }
 
 var referenced = []string{"git.example.com/a/app-ref", "git.example.com/a/both-ref", "git.example.com/b/cred-ref"}
@@ -55,8 +80,10 @@ var referenced = []string{"git.example.com/a/app-ref", "git.example.com/a/both-r
 func TestCollect(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name        string
-		opts        gc.Options
+		name string
+		opts gc.Options
+		// flagAll makes the referenced locks candidates too.
+		flagAll     bool
 		wantDeleted []string
 		wantBatches int
 	}{
@@ -65,6 +92,21 @@ func TestCollect(t *testing.T) {
 			opts:        gc.DefaultOptions(gc.TriggerCLI),
 			wantDeleted: []string{"git.example.com/a/orphan-10m", "git.example.com/a/orphan-2h", "git.example.com/b/orphan-5m"},
 			wantBatches: 1,
+		},
+		{
+			// Seven candidates: the three referenced ones lose their flag.
+			name:        "referenced candidates are cleared, not collected",
+			opts:        gc.DefaultOptions(gc.TriggerCLI),
+			flagAll:     true,
+			wantDeleted: []string{"git.example.com/a/orphan-10m", "git.example.com/a/orphan-2h", "git.example.com/b/orphan-5m"},
+			wantBatches: 1,
+		},
+		{
+			name:        "batch of one clears referenced candidates batch by batch",
+			opts:        opts(1, time.Minute),
+			flagAll:     true,
+			wantDeleted: []string{"git.example.com/a/orphan-10m", "git.example.com/a/orphan-2h", "git.example.com/b/orphan-5m"},
+			wantBatches: 7,
 		},
 		{
 			// Four unreferenced locks (the young one too) fill four batches;
@@ -106,6 +148,11 @@ func TestCollect(t *testing.T) {
 			ctx := context.Background()
 			db := dbtest.New(t)
 			s := seedScenario(t, db)
+			wantCandidates, wantCleared := int64(4), int64(0)
+			if tt.flagAll {
+				flagAll(t, db)
+				wantCandidates, wantCleared = 7, 3
+			}
 			all := lockURLs(t, db)
 
 			run, err := newCollector(db, gc.Config{}).Collect(ctx, tt.opts)
@@ -113,9 +160,22 @@ func TestCollect(t *testing.T) {
 				t.Fatalf("Collect: %v", err)
 			}
 			n := int64(len(tt.wantDeleted))
-			if run.Status != gc.StatusSucceeded || run.Scanned != n || run.Deleted != n || run.Batches != tt.wantBatches {
-				t.Fatalf("run = status %s scanned %d deleted %d batches %d; want succeeded %d %d %d",
-					run.Status, run.Scanned, run.Deleted, run.Batches, n, n, tt.wantBatches)
+			if run.Status != gc.StatusSucceeded || run.Scanned != n || run.Deleted != n || run.Batches != tt.wantBatches ||
+				run.Candidates != wantCandidates || run.Cleared != wantCleared || run.Flagged != 0 {
+				t.Fatalf("run = status %s scanned %d deleted %d batches %d candidates %d cleared %d flagged %d; want succeeded %d %d %d %d %d 0",
+					run.Status, run.Scanned, run.Deleted, run.Batches, run.Candidates, run.Cleared, run.Flagged,
+					n, n, tt.wantBatches, wantCandidates, wantCleared)
+			}
+			// The candidates left are exactly the unreferenced locks left
+			// (too young to collect): referenced ones lost their flag.
+			var wantFlagged []string
+			for _, u := range all {
+				if !contains(tt.wantDeleted, u) && !contains(referenced, u) {
+					wantFlagged = append(wantFlagged, u)
+				}
+			}
+			if got := candidateURLs(t, db); !equalStrings(got, wantFlagged) {
+				t.Fatalf("candidates left = %v, want %v", got, wantFlagged)
 			}
 
 			// Exactly the wanted locks are gone; every referenced one stays.
@@ -183,7 +243,7 @@ func TestCollectRecordsTheRun(t *testing.T) {
 	}
 	want := gc.Run{
 		ID: run.ID, Kind: gc.KindGC, Trigger: gc.TriggerCLI, Holder: "test-holder", Status: gc.StatusSucceeded,
-		MinAgeSeconds: 90, BatchSize: 2, Scanned: 3, Deleted: 3, Batches: 2,
+		MinAgeSeconds: 90, BatchSize: 2, Candidates: 4, Scanned: 3, Deleted: 3, Batches: 2,
 		StartedAt: run.StartedAt, FinishedAt: run.FinishedAt,
 		DurationSeconds: run.FinishedAt.Sub(run.StartedAt).Seconds(),
 	}
@@ -207,9 +267,10 @@ func sameRun(a, b gc.Run) bool {
 		return false
 	}
 	return a.ID == b.ID && a.Kind == b.Kind && a.Trigger == b.Trigger && a.Holder == b.Holder &&
-		a.Status == b.Status && a.Reason == b.Reason && a.DryRun == b.DryRun &&
+		a.Status == b.Status && a.Reason == b.Reason && a.DryRun == b.DryRun && a.Full == b.Full &&
 		a.MinAgeSeconds == b.MinAgeSeconds && a.BatchSize == b.BatchSize &&
-		a.Scanned == b.Scanned && a.Deleted == b.Deleted && a.Batches == b.Batches &&
+		a.Candidates == b.Candidates && a.Scanned == b.Scanned && a.Deleted == b.Deleted &&
+		a.Cleared == b.Cleared && a.Flagged == b.Flagged && a.Batches == b.Batches &&
 		a.StartedAt.Equal(b.StartedAt) && a.DurationSeconds == b.DurationSeconds && a.Error == b.Error
 }
 
@@ -226,8 +287,9 @@ func TestDryRunDeletesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Status != gc.StatusSucceeded || !run.DryRun || run.Scanned != 3 || run.Deleted != 0 || run.Batches != 2 {
-		t.Fatalf("dry run = %+v; want succeeded, scanned 3, deleted 0, 2 batches", run)
+	if run.Status != gc.StatusSucceeded || !run.DryRun || run.Candidates != 4 || run.Scanned != 3 || run.Deleted != 0 ||
+		run.Cleared != 0 || run.Batches != 2 {
+		t.Fatalf("dry run = %+v; want succeeded, 4 candidates, scanned 3, deleted 0, cleared 0, 2 batches", run)
 	}
 	var urls []string
 	for _, c := range run.WouldCollect {

@@ -14,10 +14,10 @@ import (
 
 func insertRun(ctx context.Context, q database.Querier, r *Run) error {
 	return q.QueryRowxContext(ctx, `
-		INSERT INTO gc_runs (kind, trigger, holder, dry_run, min_age, batch_size)
-		VALUES ($1, $2, $3, $4, make_interval(secs => $5), $6)
+		INSERT INTO gc_runs (kind, trigger, holder, dry_run, full_scan, min_age, batch_size)
+		VALUES ($1, $2, $3, $4, $5, make_interval(secs => $6), $7)
 		RETURNING id, started_at`,
-		r.Kind, r.Trigger, r.Holder, r.DryRun, r.MinAgeSeconds, r.BatchSize,
+		r.Kind, r.Trigger, r.Holder, r.DryRun, r.Full, r.MinAgeSeconds, r.BatchSize,
 	).Scan(&r.ID, &r.StartedAt)
 }
 
@@ -38,11 +38,12 @@ func finishRun(ctx context.Context, q database.Querier, r *Run) error {
 			scanned = $3, deleted = $4, batches = $5,
 			cleaner_scanned = $6, cleaner_cleaned = $7, cleaner_failed = $8,
 			cleaner_stale_initial = $9, cleaner_rows_deleted = $10,
-			error = $11
+			error = $11, candidates = $12, cleared = $13, flagged = $14
 		WHERE id = $1
 		RETURNING finished_at`,
 		r.ID, r.Status, r.Scanned, r.Deleted, r.Batches,
 		cs, cc, cf, csi, crd, sql.NullString{String: r.Error, Valid: r.Error != ""},
+		r.Candidates, r.Cleared, r.Flagged,
 	).Scan(&finished)
 	if err != nil {
 		return err
@@ -88,11 +89,15 @@ type runRow struct {
 	Holder              string          `db:"holder"`
 	Status              Status          `db:"status"`
 	DryRun              bool            `db:"dry_run"`
+	Full                bool            `db:"full_scan"`
 	MinAgeSeconds       float64         `db:"min_age_seconds"`
 	BatchSize           int             `db:"batch_size"`
 	Scanned             int64           `db:"scanned"`
 	Deleted             int64           `db:"deleted"`
 	Batches             int             `db:"batches"`
+	Candidates          int64           `db:"candidates"`
+	Cleared             int64           `db:"cleared"`
+	Flagged             int64           `db:"flagged"`
 	CleanerScanned      sql.NullInt64   `db:"cleaner_scanned"`
 	CleanerCleaned      sql.NullInt64   `db:"cleaner_cleaned"`
 	CleanerFailed       sql.NullInt64   `db:"cleaner_failed"`
@@ -107,8 +112,9 @@ type runRow struct {
 func (rr runRow) run() Run {
 	r := Run{
 		ID: rr.ID, Kind: rr.Kind, Trigger: rr.Trigger, Holder: rr.Holder, Status: rr.Status,
-		DryRun: rr.DryRun, MinAgeSeconds: rr.MinAgeSeconds, BatchSize: rr.BatchSize,
-		Scanned: rr.Scanned, Deleted: rr.Deleted, Batches: rr.Batches,
+		DryRun: rr.DryRun, Full: rr.Full, MinAgeSeconds: rr.MinAgeSeconds, BatchSize: rr.BatchSize,
+		Candidates: rr.Candidates, Scanned: rr.Scanned, Deleted: rr.Deleted, Cleared: rr.Cleared,
+		Flagged: rr.Flagged, Batches: rr.Batches,
 		StartedAt: rr.StartedAt, DurationSeconds: rr.DurationSeconds.Float64, Error: rr.Error.String,
 	}
 	if rr.FinishedAt.Valid {
@@ -128,9 +134,9 @@ func (rr runRow) run() Run {
 }
 
 const runColumns = `
-	id, kind, trigger, holder, status, dry_run,
+	id, kind, trigger, holder, status, dry_run, full_scan,
 	extract(epoch FROM min_age)::double precision AS min_age_seconds, batch_size,
-	scanned, deleted, batches,
+	scanned, deleted, batches, candidates, cleared, flagged,
 	cleaner_scanned, cleaner_cleaned, cleaner_failed, cleaner_stale_initial, cleaner_rows_deleted,
 	started_at, finished_at,
 	extract(epoch FROM finished_at - started_at)::double precision AS duration_seconds,

@@ -13,7 +13,7 @@ import (
 
 // registerGCRoutes registers the admin routes of the global GC:
 //
-//	POST /v1/admin/gc            run one collection (?dry_run=true, ?batch_size=N, ?min_age=1m)
+//	POST /v1/admin/gc            run one collection (?dry_run=true, ?full=true, ?batch_size=N, ?min_age=1m)
 //	GET  /v1/admin/gc/runs       recorded runs, newest first (page_size, page_token)
 //	GET  /v1/admin/gc/runs/:id   one recorded run
 func (s *Server) registerGCRoutes() {
@@ -36,6 +36,9 @@ func (h *gcHandlers) run(c echo.Context) error {
 	opts := gc.DefaultOptions(gc.TriggerAPI)
 	var err error
 	if opts.DryRun, err = ParseBool(c, "dry_run"); err != nil {
+		return err
+	}
+	if opts.Full, err = ParseBool(c, "full"); err != nil {
 		return err
 	}
 	if v := c.QueryParam("batch_size"); v != "" {

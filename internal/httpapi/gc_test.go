@@ -24,7 +24,8 @@ func TestGCAPI(t *testing.T) {
 	// Dry run: reports, deletes nothing.
 	status, dry := e.call(http.MethodPost, "/v1/admin/gc?dry_run=true", adminToken, nil)
 	if status != http.StatusOK || dry["status"] != "succeeded" || dry["trigger"] != "api" || dry["dry_run"] != true ||
-		dry["scanned"] != 2.0 || dry["deleted"] != 0.0 || dry["min_age_seconds"] != 60.0 || dry["batch_size"] != 1000.0 {
+		dry["scanned"] != 2.0 || dry["deleted"] != 0.0 || dry["min_age_seconds"] != 60.0 || dry["batch_size"] != 1000.0 ||
+		dry["full"] != false || dry["candidates"] != 2.0 {
 		t.Fatalf("dry run: %d %v", status, dry)
 	}
 	var urls []string
@@ -97,6 +98,15 @@ func TestGCAPI(t *testing.T) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
 	}
+
+	// A full (repair) dry run: the flags are sound, nothing to flag.
+	e.exec(`DELETE FROM gc_leases`)
+	e.orphan(aliceID, "git.example.com/a/three")
+	status, full := e.call(http.MethodPost, "/v1/admin/gc?full=true&dry_run=true", adminToken, nil)
+	if status != http.StatusOK || full["status"] != "succeeded" || full["full"] != true || full["dry_run"] != true ||
+		full["scanned"] != 1.0 || full["flagged"] != 0.0 || full["cleared"] != 0.0 {
+		t.Fatalf("full dry run: %d %v", status, full)
+	}
 }
 
 func TestGCAPIErrors(t *testing.T) {
@@ -112,6 +122,7 @@ func TestGCAPIErrors(t *testing.T) {
 		{"POST", "/v1/admin/gc", "tenant", 403, "forbidden", "admin routes need the admin token"},
 		{"GET", "/v1/admin/gc/runs", "tenant", 403, "forbidden", "admin routes need the admin token"},
 		{"POST", "/v1/admin/gc?dry_run=maybe", adminToken, 400, "invalid_argument", "dry_run must be true or false"},
+		{"POST", "/v1/admin/gc?full=yes", adminToken, 400, "invalid_argument", "full must be true or false"},
 		{"POST", "/v1/admin/gc?batch_size=0", adminToken, 400, "invalid_argument", "batch_size must be an integer from 1 to 100000"},
 		{"POST", "/v1/admin/gc?batch_size=x", adminToken, 400, "invalid_argument", "batch_size must be an integer from 1 to 100000"},
 		{"POST", "/v1/admin/gc?min_age=-1s", adminToken, 400, "invalid_argument", "min_age must be a non-negative duration such as 90s or 5m"},

@@ -23,6 +23,21 @@
 //
 // The foreign keys from the reference tables (ON DELETE NO ACTION) are the
 // backstop: whatever the code does, a referenced lock cannot be deleted.
+//
+// GC candidates (migration 000013): every lock that nothing references has
+// gc_candidate = true, so that the global GC (internal/gc) reads only those
+// rows. A lock is inserted as a candidate (the bare acquire's insert, and
+// the column's default) unless the same statement writes its reference
+// (NewLockCTE); a transaction that removes a reference flags the lock in
+// the reference tables' triggers, after taking FOR NO KEY UPDATE on it; and
+// only the GC clears the flag (ClearCandidates), holding a row lock that
+// conflicts with the trigger's and taken with SKIP LOCKED, on a lock it
+// sees referenced. So a removal either holds the row first (the GC skips
+// the lock), or committed first (the GC sees no reference and keeps the
+// flag), or waits for the GC's commit and then flags the lock again with a
+// new statement. None of these row locks conflicts with the FOR KEY SHARE
+// of this protocol: acquiring and writing a reference never wait for them.
+// The full argument is in the package doc of internal/gc ("Candidates").
 package locks
 
 import (
@@ -108,28 +123,48 @@ func validateTenantID(id string) error {
 	return nil
 }
 
-// NewLockCTE is the common case of AcquireRepositoryCredentialURL, creating
-// the lock and its "acquired" event, as two common table expressions named
-// lock and lock_event. Statements that create a lock together with the rows
-// that reference it (internal/apps) start with "WITH " + NewLockCTE and
-// select from lock, which is empty when the URL is already taken.
+// NewLockCTE creates a lock and its "acquired" event, as two common table
+// expressions named lock and lock_event, for the statements that create a
+// lock together with the row that references it (internal/apps): they start
+// with "WITH " + NewLockCTE and select from lock, which is empty when the
+// URL is already taken. The lock is inserted with gc_candidate false: it is
+// referenced by the time the statement ends (a statement that did not
+// write the reference would leave garbage the GC never scans; use the bare
+// acquire's bareLockCTE for a lock without a reference).
 // Parameters: $1 the normalized key, $2 the rule set (RuleSet: the
 // normalizer version, or "version:fingerprint" under configured aliases; a
 // bare normalize.Version works too), $3 the acquiring user's id.
 const NewLockCTE = `lock AS (
-	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id)
-	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3)
+	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate)
+	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3, false)
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
-), lock_event AS (
+), ` + lockEventCTE
+
+// bareLockCTE is NewLockCTE for a lock that nothing references yet (the
+// bare acquire, and every other Acquire that creates a lock before its
+// caller writes the reference): gc_candidate true, so the GC's candidate
+// scan finds it if the reference never comes. The caller that does write
+// one leaves a referenced candidate, whose flag the next GC run clears.
+const bareLockCTE = `lock AS (
+	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate)
+	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3, true)
+	ON CONFLICT (git_repository_url) DO NOTHING
+	RETURNING id, git_repository_url, cluster_user_id
+), ` + lockEventCTE
+
+// lockEventCTE records the "acquired" event of the lock the CTE named lock
+// created (none when it created none).
+const lockEventCTE = `lock_event AS (
 	INSERT INTO ` + eventColumns + `
 	SELECT '` + EventAcquired + `', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
 	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
 )`
 
-// insertLockSQL is the common case in one round trip: create the lock and
-// its "acquired" event, or do nothing when the URL is taken.
-const insertLockSQL = `WITH ` + NewLockCTE + ` SELECT id FROM lock`
+// insertLockSQL is the common case in one round trip: create the lock (a
+// GC candidate until referenced) and its "acquired" event, or do nothing
+// when the URL is taken.
+const insertLockSQL = `WITH ` + bareLockCTE + ` SELECT id FROM lock`
 
 // ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
 // it, so that it cannot be released before the caller's transaction ends.

@@ -115,6 +115,11 @@ func TestAcquire(t *testing.T) {
 	if err := db.GetContext(ctx, &version, `SELECT normalizer_version FROM RepositoryLockOwner WHERE id = $1`, id1); err != nil || version != normalize.Version {
 		t.Fatalf("normalizer_version = %d, %v; want %d", version, err, normalize.Version)
 	}
+	// Nothing references the new lock yet: it is a GC candidate.
+	var candidate bool
+	if err := db.GetContext(ctx, &candidate, `SELECT gc_candidate FROM RepositoryLockOwner WHERE id = $1`, id1); err != nil || !candidate {
+		t.Fatalf("gc_candidate = %v, %v; want true", candidate, err)
+	}
 	want := []string{
 		"acquired github.com/acme/app by alice owner alice",
 		"denied github.com/acme/app by bob owner alice",

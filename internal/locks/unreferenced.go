@@ -49,18 +49,79 @@ func DeleteUnreferenced(ctx context.Context, q database.Querier, ids []string) (
 	if len(ids) == 0 {
 		return 0, nil
 	}
+	res, err := q.ExecContext(ctx, deleteUnreferencedSQL, lowest(ids), pq.Array(ids))
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	n, err := res.RowsAffected()
+	return n, database.MapError(err)
+}
+
+// clearCandidatesSQL clears the flag of the locks of $2 that something
+// references, re-checking with the statement's own snapshot. $1 is the
+// smallest id of $2.
+const clearCandidatesSQL = `
+UPDATE RepositoryLockOwner o SET gc_candidate = false
+WHERE o.id = ANY($2::uuid[]) AND o.id >= $1
+  AND o.gc_candidate
+  AND NOT (` + UnreferencedSQL + `)`
+
+// ClearCandidates clears gc_candidate on those of the locks ids that a
+// reference points at now, and returns how many it cleared: the global GC,
+// for the candidates it found referenced. The caller holds a row lock on
+// every id (FOR NO KEY UPDATE or stronger). That is what makes it safe: a
+// transaction removing a reference flags the lock in the same transaction
+// (the reference tables' triggers, migration 000013), first taking FOR NO
+// KEY UPDATE on it, so either it holds that lock already (and the caller,
+// which takes its locks with SKIP LOCKED, does not have this id), or it
+// waits for the caller's commit and then flags the lock again. The re-check
+// sees every reference removal committed before this statement.
+func ClearCandidates(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "locks.ClearCandidates")
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res, err := q.ExecContext(ctx, clearCandidatesSQL, lowest(ids), pq.Array(ids))
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	n, err := res.RowsAffected()
+	return n, database.MapError(err)
+}
+
+// FlagCandidates sets gc_candidate on those of the locks ids that do not
+// have it, skipping any row another transaction holds a conflicting lock on
+// (a reference removal, whose trigger flags the lock itself, or a Release),
+// and returns how many it flagged: the repair of a full GC run (api gc
+// --full), for the unreferenced locks its scan found. Flagging is always
+// safe: a flagged lock that turns out referenced is only visited and
+// cleared by the next run.
+func FlagCandidates(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "locks.FlagCandidates")
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res, err := q.ExecContext(ctx, `
+		UPDATE RepositoryLockOwner o SET gc_candidate = true
+		WHERE o.id IN (
+			SELECT id FROM RepositoryLockOwner
+			WHERE id = ANY($1::uuid[]) AND NOT gc_candidate
+			FOR NO KEY UPDATE SKIP LOCKED)`, pq.Array(ids))
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	n, err := res.RowsAffected()
+	return n, database.MapError(err)
+}
+
+func lowest(ids []string) string {
 	low := ids[0]
 	for _, id := range ids[1:] {
 		if id < low {
 			low = id
 		}
 	}
-	res, err := q.ExecContext(ctx, deleteUnreferencedSQL, low, pq.Array(ids))
-	if err != nil {
-		return 0, database.MapError(err)
-	}
-	n, err := res.RowsAffected()
-	return n, database.MapError(err)
+	return low
 }
 
 // ReleaseAllForTenant deletes every lock of the tenant tenantID (named

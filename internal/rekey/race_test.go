@@ -122,6 +122,19 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		_, err := apps.CreateApplication(ctx, db, y, apps.NewApplication{Name: fmt.Sprintf("y-%d", n), RepoURL: url(4 * r.IntN(repos/4))})
 		return allowed(err, repolock.ERepositoryClaimed)
 	})
+	// Every unreferenced lock is a GC candidate in every snapshot (one
+	// statement is one snapshot): re-keying moves references with UPDATE
+	// and releases emptied locks, the traffic deletes and moves.
+	worker("gc-candidates", func(r *rand.Rand, n int) error {
+		var unflagged int
+		if err := db.GetContext(ctx, &unflagged, dbtest.UnflaggedLocksSQL); err != nil {
+			return err
+		}
+		if unflagged != 0 {
+			return fmt.Errorf("%d unreferenced locks are not GC candidates", unflagged)
+		}
+		return nil
+	})
 	metrics, err := gc.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -116,14 +116,17 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 	if err := db.GetContext(ctx, &failedID, `
 		INSERT INTO gc_runs (kind, trigger, holder, status, min_age, batch_size, started_at, finished_at,
 		                     scanned, deleted, batches, cleaner_scanned, cleaner_cleaned, cleaner_failed,
-		                     cleaner_stale_initial, cleaner_rows_deleted, error)
+		                     cleaner_stale_initial, cleaner_rows_deleted, error, full_scan, candidates, cleared, flagged)
 		VALUES ('gc', 'schedule', 'old-replica', 'failed', interval '5 minutes', 500,
-		        '2025-02-01T00:00:00Z', '2025-02-01T00:00:01.2345Z', 10, 7, 2, 4, 3, 1, 2, 99, 'boom')
+		        '2025-02-01T00:00:00Z', '2025-02-01T00:00:01.2345Z', 10, 7, 2, 4, 3, 1, 2, 99, 'boom', true, 12, 5, 1)
 		RETURNING id`); err != nil {
 		t.Fatal(err)
 	}
 	if w.failedRun, err = gc.GetRun(ctx, db, failedID); err != nil {
 		t.Fatal(err)
+	}
+	if r := w.failedRun; !r.Full || r.Candidates != 12 || r.Cleared != 5 || r.Flagged != 1 {
+		t.Fatalf("GetRun read full %v candidates %d cleared %d flagged %d, want true 12 5 1", r.Full, r.Candidates, r.Cleared, r.Flagged)
 	}
 	return w
 }
@@ -202,6 +205,7 @@ func TestReportViews(t *testing.T) {
 			"scanned": num(r.Scanned), "deleted": num(r.Deleted), "batches": num(r.Batches),
 			"cleaner_scanned": cleaner[0], "cleaner_cleaned": cleaner[1], "cleaner_failed": cleaner[2],
 			"cleaner_stale_initial": cleaner[3], "cleaner_rows_deleted": cleaner[4], "error": errText,
+			"full_scan": r.Full, "candidates": num(r.Candidates), "cleared": num(r.Cleared), "flagged": num(r.Flagged),
 		}
 	}
 	noCleaner := []any{nil, nil, nil, nil, nil}
@@ -276,7 +280,8 @@ func TestReportViews(t *testing.T) {
 			report: "gc_runs",
 			wantCols: []string{"run_id", "kind", "trigger", "status", "dry_run", "holder", "started_at", "finished_at",
 				"duration_seconds", "min_age_seconds", "batch_size", "scanned", "deleted", "batches",
-				"cleaner_scanned", "cleaner_cleaned", "cleaner_failed", "cleaner_stale_initial", "cleaner_rows_deleted", "error"},
+				"cleaner_scanned", "cleaner_cleaned", "cleaner_failed", "cleaner_stale_initial", "cleaner_rows_deleted", "error",
+				"full_scan", "candidates", "cleared", "flagged"},
 			wantItems: []map[string]any{
 				runRow(w.dryRun, noCleaner, nil),
 				runRow(w.failedRun, []any{num(4), num(3), num(1), num(2), num(99)}, "boom"),
