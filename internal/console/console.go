@@ -157,8 +157,37 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
 	m.HandleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := c.allowedMethods(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			c.errorPage(w, r, nil, http.StatusMethodNotAllowed,
+				"This page does not accept "+r.Method+"; it accepts "+strings.Join(allow, " and ")+".")
+			return
+		}
 		c.errorPage(w, r, nil, http.StatusNotFound, "There is no such page.")
 	})
+}
+
+// allowedMethods returns the methods the console serves r's path with,
+// when r's own method is not one of them (the catch-all /ui/ pattern then
+// matched r): a GET on a form's POST route answers 405 with Allow, not 404.
+// Only the pattern is looked up; nothing runs.
+func (c *Console) allowedMethods(r *http.Request) []string {
+	var allow []string
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		if method == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = method
+		if _, pattern := c.mux.Handler(probe); pattern != "" && pattern != "/ui/" {
+			allow = append(allow, method)
+		}
+	}
+	if len(allow) > 0 && allow[0] == http.MethodGet {
+		// A GET pattern serves HEAD too.
+		allow = append([]string{http.MethodGet, http.MethodHead}, allow[1:]...)
+	}
+	return allow
 }
 
 // contentSecurityPolicy allows only the console's own scripts, styles and

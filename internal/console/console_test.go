@@ -210,6 +210,24 @@ func TestSecurityHeadersOnEveryPage(t *testing.T) {
 		}
 	}
 	wantStatus(t, b.get("/ui/nope"), http.StatusNotFound)
+	// A path the console serves, with a method it does not take: 405 with
+	// Allow, whatever the session.
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/ui/logout", "POST"},
+		{http.MethodGet, "/ui/gc/dry-run", "POST"},
+		{http.MethodGet, "/ui/tenants/alice/revoke", "POST"},
+		{http.MethodDelete, "/ui/tenants", "GET, HEAD, POST"},
+		{http.MethodPut, "/ui/ownership", "GET, HEAD"},
+	} {
+		req, err := http.NewRequest(tc.method, e.srv.URL+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := b.do(req)
+		if r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d, Allow %q; want 405, Allow %q", tc.method, tc.path, r.Status, r.Header.Get("Allow"), tc.allow)
+		}
+	}
 	if ct := b.get("/ui/static/console.js").Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/javascript") {
 		t.Errorf("console.js Content-Type %q", ct)
 	}
@@ -323,8 +341,11 @@ func TestCSRFRefused(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM console_sessions`); n != 2 {
 		t.Errorf("%d sessions, want 2", n)
 	}
-	// GET on a POST route is not a way around it.
-	wantStatus(t, b.get("/ui/gc/run"), http.StatusNotFound)
+	// GET on a POST route is not a way around it: 405, naming the method
+	// the route takes.
+	if r := b.get("/ui/gc/run"); r.Status != http.StatusMethodNotAllowed || r.Header.Get("Allow") != "POST" {
+		t.Errorf("GET /ui/gc/run: %d, Allow %q; want 405, Allow POST", r.Status, r.Header.Get("Allow"))
+	}
 	if n := e.count(`SELECT count(*) FROM gc_runs`); n != 0 {
 		t.Errorf("GET ran the gc")
 	}
