@@ -2,8 +2,6 @@ package gc_test
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"testing"
 	"time"
 
@@ -218,7 +216,7 @@ func TestReferenceRemovalVersusClearing(t *testing.T) {
 			// event.
 			dbtest.NewLock(t, db, tenant, "git.example.com/t/orphan", time.Hour)
 
-			removal, removalPID := beginWithPID(t, db)
+			removal, removalPID := dbtest.BeginWithPID(t, db)
 			remove := func() error {
 				_, err := removal.ExecContext(ctx, `DELETE FROM RepositoryLockApplication WHERE application_id = $1`, app)
 				return err
@@ -226,7 +224,7 @@ func TestReferenceRemovalVersusClearing(t *testing.T) {
 			var run gc.Run
 			switch tt.first {
 			case "gc":
-				events, _ := beginWithPID(t, db)
+				events, _ := dbtest.BeginWithPID(t, db)
 				mustExec(t, events, `LOCK TABLE repository_lock_events IN SHARE MODE`)
 				done := make(chan error, 1)
 				go func() {
@@ -237,7 +235,7 @@ func TestReferenceRemovalVersusClearing(t *testing.T) {
 				waitForStatement(t, db, `DELETE FROM RepositoryLockOwner o`, func() bool { return len(done) > 0 })
 				removed := make(chan error, 1)
 				go func() { removed <- remove() }()
-				waitUntilBlocked(t, db, removalPID, func() bool { return len(removed) > 0 })
+				dbtest.WaitUntilBlocked(t, db, removalPID, func() bool { return len(removed) > 0 })
 				if err := events.Rollback(); err != nil {
 					t.Fatal(err)
 				}
@@ -316,44 +314,4 @@ func waitForStatement(t *testing.T, db *database.DB, text string, finished func(
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// waitUntilBlocked waits until the backend pid is waiting for a lock.
-func waitUntilBlocked(t *testing.T, db *database.DB, pid int, finished func() bool) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if finished() {
-			t.Fatalf("backend %d finished without blocking on a lock", pid)
-		}
-		var waiting bool
-		if err := db.GetContext(context.Background(), &waiting,
-			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			return
-		}
-		if i > 6000 {
-			t.Fatalf("backend %d never blocked on a lock", pid)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func beginWithPID(t *testing.T, db *database.DB) (database.Tx, int) {
-	t.Helper()
-	tx, err := db.BeginTxx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			t.Error(err)
-		}
-	})
-	var pid int
-	if err := tx.GetContext(context.Background(), &pid, `SELECT pg_backend_pid()`); err != nil {
-		t.Fatal(err)
-	}
-	return tx, pid
 }

@@ -335,31 +335,6 @@ func TestRelease(t *testing.T) {
 	})
 }
 
-// waitUntilBlocked waits until the backend pid is waiting for a lock. It
-// polls pg_stat_activity; there is no timing assumption beyond the test's
-// deadline. finished reports whether the blocked call has already returned,
-// which means it did not block: the test fails at once.
-func waitUntilBlocked(t *testing.T, db *database.DB, pid int, finished func() bool) {
-	t.Helper()
-	for i := 0; ; i++ {
-		if finished() {
-			t.Fatalf("backend %d finished without blocking on a lock", pid)
-		}
-		var waiting bool
-		if err := db.GetContext(context.Background(), &waiting,
-			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			return
-		}
-		if i > 6000 {
-			t.Fatalf("backend %d never blocked on a lock", pid)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // acquireResult is what one AcquireRepositoryCredentialURL call returned.
 type acquireResult struct {
 	id, owner string
@@ -378,22 +353,8 @@ func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, tena
 		id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
 	}()
-	waitUntilBlocked(t, db, pid, func() bool { return len(done) > 0 })
+	dbtest.WaitUntilBlocked(t, db, pid, func() bool { return len(done) > 0 })
 	return done
-}
-
-func beginWithPID(t *testing.T, db *database.DB) (database.Tx, int) {
-	t.Helper()
-	tx, err := db.BeginTxx(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback() })
-	var pid int
-	if err := tx.GetContext(context.Background(), &pid, `SELECT pg_backend_pid()`); err != nil {
-		t.Fatal(err)
-	}
-	return tx, pid
 }
 
 // The orderings of Release against an acquire, forced one by one with two
@@ -451,13 +412,13 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			)
 			switch tc.first {
 			case "acquire":
-				acq, _ = beginWithPID(t, db)
+				acq, _ = dbtest.BeginWithPID(t, db)
 				got, err := locks.AcquireRepositoryCredentialURL(ctx, acq, acquirerID, key)
 				if err != nil || !got.Acquired {
 					t.Fatalf("acquire: %+v %v", got, err)
 				}
 				lockID = got.LockID
-				rel, relPID := beginWithPID(t, db)
+				rel, relPID := dbtest.BeginWithPID(t, db)
 				type res struct {
 					released bool
 					err      error
@@ -467,7 +428,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 					r, err := locks.Release(ctx, rel, old.LockID)
 					done <- res{r, err}
 				}()
-				waitUntilBlocked(t, db, relPID, func() bool { return len(done) > 0 })
+				dbtest.WaitUntilBlocked(t, db, relPID, func() bool { return len(done) > 0 })
 				addApplicationRef(t, acq, acquirerID, fmt.Sprintf("app-%d", i), key, lockID)
 				if err := acq.Commit(); err != nil {
 					t.Fatal(err)
@@ -477,12 +438,12 @@ func TestReleaseVersusAcquire(t *testing.T) {
 				}
 				endRelease(rel)
 			case "release":
-				rel, _ := beginWithPID(t, db)
+				rel, _ := dbtest.BeginWithPID(t, db)
 				if released, err := locks.Release(ctx, rel, old.LockID); err != nil || !released {
 					t.Fatalf("release: %v %v", released, err)
 				}
 				var acqPID int
-				acq, acqPID = beginWithPID(t, db)
+				acq, acqPID = dbtest.BeginWithPID(t, db)
 				done := acquireBlocked(t, db, acq, acqPID, acquirerID, key)
 				endRelease(rel)
 				r := <-done
