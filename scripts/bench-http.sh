@@ -237,6 +237,35 @@ dbstats() {
 
 declare -A rate=() p50=() p99=() bad=() opened=() count=() inserted=()
 
+# measured SIDE PHASE OUTFILE CMD...: runs the load generator CMD (its
+# output to OUTFILE) and records what the phase cost: the load generator's
+# own CPU (bash's time: the command and its children), the binary's CPU
+# (/proc/PID/stat), the whole machine's busy CPU (/proc/stat: every state but
+# idle and iowait) and the WAL Postgres wrote (pg_current_wal_lsn, server-
+# wide: quiet machines only). The rest of the machine's CPU is Postgres' and
+# the kernel's. Returns CMD's status.
+declare -A cpu_gen=() cpu_bin=() cpu_busy=() wal_bytes=()
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+measured() {
+	local side=$1 ph=$2 outfile=$3 rc=0 b0 b1 m0 m1 w0 w1 gen
+	shift 3
+	w0=$(psql_admin -c 'SELECT pg_current_wal_lsn()')
+	m0=$(busy_ticks)
+	b0=$(proc_ticks "${server_pid[$side]}")
+	{ TIMEFORMAT='%U %S'; time "$@" >"$outfile" 2>&1 || rc=$?; } 2>"$outfile.cpu"
+	b1=$(proc_ticks "${server_pid[$side]}")
+	m1=$(busy_ticks)
+	w1=$(psql_admin -c 'SELECT pg_current_wal_lsn()')
+	gen=$(awk '{print $1 + $2}' "$outfile.cpu")
+	cpu_gen[$side,$ph]=$gen
+	cpu_bin[$side,$ph]=$(awk -v t="$((b1 - b0))" -v hz="$clk_tck" 'BEGIN {print t / hz}')
+	cpu_busy[$side,$ph]=$(awk -v t="$((m1 - m0))" -v hz="$clk_tck" 'BEGIN {print t / hz}')
+	wal_bytes[$side,$ph]=$(psql_admin -c "SELECT pg_wal_lsn_diff('$w1', '$w0')::bigint")
+	return $rc
+}
+clk_tck=$(getconf CLK_TCK)
+
 # run_pgbench SIDE PHASE: rate = successful transactions/s; latencies from
 # pgbench's per-transaction log.
 run_pgbench() {
@@ -246,12 +275,13 @@ run_pgbench() {
 		while IFS= read -r line; do defs+=(-D "$line"); done <"$tmp/$side/s.defines"
 	fi
 	mkdir -p "$tmp/log-$side-$ph"
-	out=$(pgbench -n -M prepared -c "$conns" -j "$threads" -T "$duration" -D i=0 "${defs[@]}" \
-		-l --log-prefix="$tmp/log-$side-$ph/tx" -f "$tmp/$side/$ph-run.sql" "$url" 2>&1) || {
+	measured "$side" "$ph" "$tmp/out-$side-$ph" pgbench -n -M prepared -c "$conns" -j "$threads" -T "$duration" -D i=0 "${defs[@]}" \
+		-l --log-prefix="$tmp/log-$side-$ph/tx" -f "$tmp/$side/$ph-run.sql" "$url" || {
 		say "$side $ph: pgbench failed:"
-		echo "$out" >&2
+		cat "$tmp/out-$side-$ph" >&2
 		return 1
 	}
+	out=$(<"$tmp/out-$side-$ph")
 	rate[$side,$ph]=$(awk -F'= ' '/^tps = / {split($2, a, " "); print a[1]; exit}' <<<"$out")
 	count[$side,$ph]=$(awk -F': ' '/^number of transactions actually processed/ {split($2, a, "/"); print a[1]; exit}' <<<"$out")
 	bad[$side,$ph]=$(awk -F': ' '/^number of failed transactions/ {split($2, a, " "); print a[1]; exit}' <<<"$out")
@@ -269,12 +299,14 @@ run_wrk() {
 			"${debug_url[$side]}/debug/pprof/profile?seconds=$((duration - 3))" &
 		prof=$!
 	fi
-	out=$(BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side \
-		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" 2>&1) || {
+	BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side \
+		measured "$side" "$ph" "$tmp/out-$side-$ph" \
+		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" || {
 		say "$side $ph: wrk failed:"
-		echo "$out" >&2
+		cat "$tmp/out-$side-$ph" >&2
 		return 1
 	}
+	out=$(<"$tmp/out-$side-$ph")
 	[ -n "$prof" ] && { wait "$prof" || say "$side $ph: no CPU profile"; }
 	grep -v '^RESULT' <<<"$out" | grep -i 'non-2xx\|socket errors' | sed "s/^/bench-http: $side $ph: /" >&2 || true
 	res=$(grep '^RESULT' <<<"$out")
@@ -352,6 +384,29 @@ for ph in $phases; do
 	line="| $ph: ${label[$ph]} |"
 	for side in "${sides[@]}"; do
 		line+=" $(fmt_rate "${rate[$side,$ph]:-}") | ${p50[$side,$ph]:--} | ${p99[$side,$ph]:--} | ${bad[$side,$ph]:--} | ${opened[$side,$ph]:--} | ${inserted[$side,$ph]:--} |"
+	done
+	echo "$line"
+done
+echo
+# What each phase cost, per successful operation: CPU of the binary, of the
+# load generator, and of the rest of the machine (Postgres and the kernel),
+# and the WAL written. "busy" is the machine's busy CPUs over the phase: at
+# the machine's CPU count, the phase was bound by CPU.
+header="| phase |"
+sep="| --- |"
+for side in "${sides[@]}"; do
+	header+=" $side busy CPUs | $side binary µs/op | $side load generator µs/op | $side Postgres + kernel µs/op | $side WAL bytes/op |"
+	sep+=" ---: | ---: | ---: | ---: | ---: |"
+done
+echo "$header"
+echo "$sep"
+for ph in $phases; do
+	line="| $ph |"
+	for side in "${sides[@]}"; do
+		line+=" $(awk -v n="${count[$side,$ph]:-0}" -v d="$duration" -v busy="${cpu_busy[$side,$ph]:-0}" -v b="${cpu_bin[$side,$ph]:-0}" \
+			-v g="${cpu_gen[$side,$ph]:-0}" -v w="${wal_bytes[$side,$ph]:-0}" 'BEGIN {
+				if (n == 0) { print "- | - | - | - | -"; exit }
+				printf "%.2f | %.0f | %.0f | %.0f | %.0f", busy / d, b / n * 1e6, g / n * 1e6, (busy - b - g) / n * 1e6, w / n }') |"
 	done
 	echo "$line"
 done
