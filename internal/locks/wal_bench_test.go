@@ -1,0 +1,103 @@
+package locks_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/locks"
+)
+
+// walOps is the number of operations each variant of BenchmarkAcquireWAL
+// measures (after walWarmup unmeasured ones).
+const (
+	walOps    = 3000
+	walWarmup = 300
+)
+
+// BenchmarkAcquireWAL measures what one acquire of a free URL costs Postgres
+// in WAL bytes (docs/benchmarks.md, "Where an acquire's time goes"): the
+// acquire as shipped (AcquireRepositoryCredentialURL: the lock row, its
+// GC-candidate index entry, its "acquired" event and the join for the
+// tenant's name), the same with one index or the foreign key dropped (each
+// on its own database), the lock row alone, and the floor of make
+// bench-http's phase f, a one-column INSERT ... ON CONFLICT DO NOTHING.
+// WAL bytes are deterministic where CPU time is not; pg_current_wal_lsn is
+// server-wide, so run it on a quiet server. Reported as WAL-bytes/op.
+func BenchmarkAcquireWAL(b *testing.B) {
+	acquire := func(ctx context.Context, db *database.DB, tenant string, i int) error {
+		_, err := locks.AcquireRepositoryCredentialURL(ctx, db, tenant, fmt.Sprintf("github.com/bench-wal/r%d", i))
+		return err
+	}
+	for _, v := range []struct {
+		name  string
+		setup string
+		op    func(ctx context.Context, db *database.DB, tenant string, i int) error
+	}{
+		{"acquire", "", acquire},
+		{"acquire_without_events_url_idx", `DROP INDEX repository_lock_events_url_idx`, acquire},
+		{"acquire_without_events_created_at_idx", `DROP INDEX repository_lock_events_created_at_idx`, acquire},
+		{"acquire_without_locks_tenant_idx", `DROP INDEX repositorylockowner_cluster_user_id_idx`, acquire},
+		{"acquire_without_tenant_fkey", `ALTER TABLE RepositoryLockOwner DROP CONSTRAINT repositorylockowner_cluster_user_id_fkey`, acquire},
+		{"lock_row_alone", "", func(ctx context.Context, db *database.DB, tenant string, i int) error {
+			_, err := db.ExecContext(ctx, `
+				INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
+				VALUES ($1, 2, $2) ON CONFLICT (git_repository_url) DO NOTHING`, fmt.Sprintf("github.com/bench-wal/r%d", i), tenant)
+			return err
+		}},
+		{"floor_raw_insert", `CREATE TABLE bench_raw (k text PRIMARY KEY)`, func(ctx context.Context, db *database.DB, _ string, i int) error {
+			_, err := db.ExecContext(ctx, `INSERT INTO bench_raw (k) VALUES ($1) ON CONFLICT DO NOTHING`, fmt.Sprintf("%d", 1000000000000000+i))
+			return err
+		}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			ctx := context.Background()
+			db := dbtest.New(b)
+			// One connection, without waiting for each commit's flush:
+			// the WAL written is the same, the run is faster.
+			db.SetMaxOpenConns(1)
+			db.SetMaxIdleConns(1)
+			if _, err := db.ExecContext(ctx, `SET synchronous_commit = off`); err != nil {
+				b.Fatal(err)
+			}
+			if v.setup != "" {
+				if _, err := db.ExecContext(ctx, v.setup); err != nil {
+					b.Fatal(err)
+				}
+			}
+			tenant := dbtest.NewTenant(b, db, "").ID
+			n := 0
+			for range walWarmup {
+				if err := v.op(ctx, db, tenant, n); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			var bytes, ops float64
+			for b.Loop() {
+				var before, after string
+				if err := db.GetContext(ctx, &before, `SELECT pg_current_wal_lsn()::text`); err != nil {
+					b.Fatal(err)
+				}
+				for range walOps {
+					if err := v.op(ctx, db, tenant, n); err != nil {
+						b.Fatal(err)
+					}
+					n++
+				}
+				if err := db.GetContext(ctx, &after, `SELECT pg_current_wal_lsn()::text`); err != nil {
+					b.Fatal(err)
+				}
+				var d float64
+				if err := db.GetContext(ctx, &d, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)`, after, before); err != nil {
+					b.Fatal(err)
+				}
+				bytes += d
+				ops += walOps
+			}
+			b.ReportMetric(bytes/ops, "WAL-bytes/op")
+		})
+	}
+}
