@@ -406,7 +406,10 @@ for ph in $phases; do
 		line+=" $(awk -v n="${count[$side,$ph]:-0}" -v d="$duration" -v busy="${cpu_busy[$side,$ph]:-0}" -v b="${cpu_bin[$side,$ph]:-0}" \
 			-v g="${cpu_gen[$side,$ph]:-0}" -v w="${wal_bytes[$side,$ph]:-0}" 'BEGIN {
 				if (n == 0) { print "- | - | - | - | -"; exit }
-				printf "%.2f | %.0f | %.0f | %.0f | %.0f", busy / d, b / n * 1e6, g / n * 1e6, (busy - b - g) / n * 1e6, w / n }') |"
+				# The kernel'"'"'s work for a process'"'"'s system calls is that
+				# process'"'"'s CPU, so the rest can round to below 0.
+				rest = busy - b - g; if (rest < 0) rest = 0
+				printf "%.2f | %.0f | %.0f | %.0f | %.0f", busy / d, b / n * 1e6, g / n * 1e6, rest / n * 1e6, w / n }') |"
 	done
 	echo "$line"
 done
