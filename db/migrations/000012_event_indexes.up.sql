@@ -2,8 +2,8 @@
 --
 -- Every acquire writes an "acquired" row to repository_lock_events, so each
 -- index on that table is paid by every acquire (measured: the (event,
--- created_at) index costs about 84 bytes of WAL per acquire, 6% of the
--- acquire's 1,330). Its readers only need the denials by kind
+-- created_at) index costs about 87 bytes of WAL per acquire, 6% of the
+-- acquire's; internal/locks BenchmarkAcquireWAL). Its readers only need the denials by kind
 -- (report_denials, the console's denial counts) and the events by time
 -- (retention, the console's events per hour, served by
 -- repository_lock_events_created_at_idx). Denials are coalesced (one row per
