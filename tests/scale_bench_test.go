@@ -253,10 +253,17 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 	progress("data ready in %s", r.loadTime.Round(time.Second))
 
 	// Through the binary.
-	s := startServerWith(b, serverOptions{DatabaseURL: dbURL, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=10m", "RATE_LIMIT=0"}})
-	clients := make([]string, 8)
-	for i := range clients {
-		clients[i] = s.createTenant(b, fmt.Sprintf("bench-%d", i))
+	// The binary keeps its default per-tenant rate limit (RATE_LIMIT, 50/s):
+	// each of the 8 clients takes turns with the tokens of tenantsPerClient
+	// tenants, as a multi-tenant platform spreads its load (make bench-http
+	// does the same), so no tenant reaches the limit.
+	s := startServerWith(b, serverOptions{DatabaseURL: dbURL, Env: []string{"GC_INTERVAL=0", "REQUEST_TIMEOUT=10m"}})
+	const tenantsPerClient = 16
+	clients := make([][]string, 8)
+	for ci := range clients {
+		for k := range tenantsPerClient {
+			clients[ci] = append(clients[ci], s.createTenant(b, fmt.Sprintf("bench-%d-%d", ci, k)))
+		}
 	}
 	const perClient = 250
 	// Warm-up (not measured): connections, caches, the plan of each query.
@@ -269,21 +276,25 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 	r.ops["create application"] = measure(b, clients, perClient, func(ci int, token string, i int) (int, []byte) {
 		return postJSON(b, s, "/v1/applications", token, map[string]any{"name": fmt.Sprintf("app-%d", i), "repo_url": fmt.Sprintf("https://github.com/bench-%d/app-%d", ci, i)})
 	}, http.StatusCreated)
-	// A generated tenant's locks (locks/tenants of them).
-	status, resp := s.do(b, http.MethodPost, "/v1/admin/users/scale-1/tokens", s.AdminToken, nil)
-	bulk, _ := resp["token"].(string)
-	if status != http.StatusCreated || bulk == "" {
-		b.Fatalf("token for scale-1: %d %v", status, resp)
-	}
-	bulkTokens := make([]string, len(clients))
-	for i := range bulkTokens {
-		bulkTokens[i] = bulk
+	// Generated tenants' locks (locks/tenants of them each), the same
+	// number of tenants per client.
+	bulkTokens := make([][]string, len(clients))
+	for ci := range bulkTokens {
+		for k := range tenantsPerClient {
+			name := fmt.Sprintf("scale-%d", (ci*tenantsPerClient+k)%tenants)
+			status, resp := s.do(b, http.MethodPost, "/v1/admin/users/"+name+"/tokens", s.AdminToken, nil)
+			token, _ := resp["token"].(string)
+			if status != http.StatusCreated || token == "" {
+				b.Fatalf("token for %s: %d %v", name, status, resp)
+			}
+			bulkTokens[ci] = append(bulkTokens[ci], token)
+		}
 	}
 	r.ops["list locks (first page)"] = measure(b, bulkTokens, 50, func(_ int, token string, _ int) (int, []byte) {
 		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/locks?page_size=50", token, nil, nil)
 		return st, raw
 	}, http.StatusOK)
-	adminTokens := []string{s.AdminToken, s.AdminToken}
+	adminTokens := [][]string{{s.AdminToken}, {s.AdminToken}} // the admin token is not rate-limited
 	r.ops["report ownership (100 tenants)"] = measure(b, adminTokens, 10, func(_ int, token string, _ int) (int, []byte) {
 		st, _, raw := s.doRaw(b, http.MethodGet, "/v1/admin/reports/ownership?limit=100", token, nil, nil)
 		return st, raw
@@ -410,9 +421,10 @@ ORDER BY pg_total_relation_size(c.oid) DESC`)
 	return r
 }
 
-// measure runs perClient calls of do for each token at once and returns the
+// measure runs one client per entry of tokens at once, each making
+// perClient calls of do, taking turns with its tokens, and returns the
 // latency percentiles and the rate. Any status but ok fails the benchmark.
-func measure(b *testing.B, tokens []string, perClient int, do func(ci int, token string, i int) (int, []byte), ok int) opStats {
+func measure(b *testing.B, tokens [][]string, perClient int, do func(ci int, token string, i int) (int, []byte), ok int) opStats {
 	b.Helper()
 	var (
 		mu   sync.Mutex
@@ -420,13 +432,13 @@ func measure(b *testing.B, tokens []string, perClient int, do func(ci int, token
 		wg   sync.WaitGroup
 	)
 	start := time.Now()
-	for ci, token := range tokens {
+	for ci, own := range tokens {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range perClient {
 				t0 := time.Now()
-				status, raw := do(ci, token, i)
+				status, raw := do(ci, own[i%len(own)], i)
 				d := time.Since(t0)
 				if status != ok {
 					b.Errorf("status %d %s", status, raw)

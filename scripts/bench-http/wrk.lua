@@ -21,13 +21,11 @@ for t in string.gmatch(os.getenv("BENCH_TOKENS") or "", "[^,]+") do
 end
 local run = os.getenv("BENCH_RUN") or "r"
 
-local threads = {}
 local thread_no = 0
 
 function setup(thread)
   thread_no = thread_no + 1
   thread:set("id", thread_no)
-  table.insert(threads, thread)
 end
 
 function init(args)
