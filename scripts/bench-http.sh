@@ -244,12 +244,20 @@ declare -A rate=() p50=() p99=() bad=() opened=() count=() inserted=()
 # idle and iowait) and the WAL Postgres wrote (pg_current_wal_lsn, server-
 # wide: quiet machines only). The rest of the machine's CPU is Postgres' and
 # the kernel's. Returns CMD's status.
-declare -A cpu_gen=() cpu_bin=() cpu_busy=() wal_bytes=()
+declare -A cpu_gen=() cpu_bin=() cpu_busy=() wal_bytes=() per_batch=()
+# batch_counts SIDE: "calls batches" of the binary's batched writes (group
+# commit, repolock_db_batch_calls_total and repolock_db_batches_total summed
+# over statements; "0 0" from a binary that does not export them).
+batch_counts() {
+	curl -fsS "${base_url[$1]}/metrics" 2>/dev/null |
+		awk '/^repolock_db_batch_calls_total/ {c += $NF} /^repolock_db_batches_total/ {b += $NF} END {printf "%d %d\n", c, b}' || echo "0 0"
+}
 busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 measured() {
-	local side=$1 ph=$2 outfile=$3 rc=0 b0 b1 m0 m1 w0 w1 gen
+	local side=$1 ph=$2 outfile=$3 rc=0 b0 b1 m0 m1 w0 w1 gen c0 n0 c1 n1
 	shift 3
+	read -r c0 n0 < <(batch_counts "$side")
 	w0=$(psql_admin -c 'SELECT pg_current_wal_lsn()')
 	m0=$(busy_ticks)
 	b0=$(proc_ticks "${server_pid[$side]}")
@@ -257,6 +265,8 @@ measured() {
 	b1=$(proc_ticks "${server_pid[$side]}")
 	m1=$(busy_ticks)
 	w1=$(psql_admin -c 'SELECT pg_current_wal_lsn()')
+	read -r c1 n1 < <(batch_counts "$side")
+	per_batch[$side,$ph]=$(awk -v c="$((c1 - c0))" -v n="$((n1 - n0))" 'BEGIN {if (n > 0) printf "%.1f", c / n; else print "-"}')
 	gen=$(awk '{print $1 + $2}' "$outfile.cpu")
 	cpu_gen[$side,$ph]=$gen
 	cpu_bin[$side,$ph]=$(awk -v t="$((b1 - b0))" -v hz="$clk_tck" 'BEGIN {print t / hz}')
@@ -395,8 +405,8 @@ echo
 header="| phase |"
 sep="| --- |"
 for side in "${sides[@]}"; do
-	header+=" $side busy CPUs | $side binary µs/op | $side load generator µs/op | $side Postgres + kernel µs/op | $side WAL bytes/op |"
-	sep+=" ---: | ---: | ---: | ---: | ---: |"
+	header+=" $side busy CPUs | $side binary µs/op | $side load generator µs/op | $side Postgres + kernel µs/op | $side WAL bytes/op | $side requests per batch |"
+	sep+=" ---: | ---: | ---: | ---: | ---: | ---: |"
 done
 echo "$header"
 echo "$sep"
@@ -405,11 +415,11 @@ for ph in $phases; do
 	for side in "${sides[@]}"; do
 		line+=" $(awk -v n="${count[$side,$ph]:-0}" -v d="$duration" -v busy="${cpu_busy[$side,$ph]:-0}" -v b="${cpu_bin[$side,$ph]:-0}" \
 			-v g="${cpu_gen[$side,$ph]:-0}" -v w="${wal_bytes[$side,$ph]:-0}" 'BEGIN {
-				if (n == 0) { print "- | - | - | - | -"; exit }
+				if (n == 0) { printf "- | - | - | - | -"; exit }
 				# The kernel'"'"'s work for a process'"'"'s system calls is that
 				# process'"'"'s CPU, so the rest can round to below 0.
 				rest = busy - b - g; if (rest < 0) rest = 0
-				printf "%.2f | %.0f | %.0f | %.0f | %.0f", busy / d, b / n * 1e6, g / n * 1e6, rest / n * 1e6, w / n }') |"
+				printf "%.2f | %.0f | %.0f | %.0f | %.0f", busy / d, b / n * 1e6, g / n * 1e6, rest / n * 1e6, w / n }') | ${per_batch[$side,$ph]:--} |"
 	done
 	echo "$line"
 done

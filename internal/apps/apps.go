@@ -171,14 +171,18 @@ var applicationRefs = &refs{
 	)
 	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
 		createWithNewLock: `
-	WITH ` + locks.NewLockCTE + `, a AS (
+	WITH ` + newRowsInput + `, ` + locks.NewLocksCTE + `, a AS (
 		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
-		SELECT $3, $4, $5, lock.git_repository_url, $6, $7 FROM lock
+		SELECT input.tenant, input.name, input.repo_url, lock.git_repository_url, input.x0, input.x1
+		FROM input JOIN lock ON lock.git_repository_url = input.key AND lock.cluster_user_id = input.tenant
+		ORDER BY input.tenant, input.name
 		RETURNING *
 	), ref AS (
-		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, lock.id FROM a, lock
+		INSERT INTO RepositoryLockApplication (application_id, lock_id)
+		SELECT a.id, lock.id FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id
 	)
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, lock.id::text AS lock_id FROM a, lock`,
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, lock.id::text AS lock_id
+	FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id`,
 		update: `
 	UPDATE applications a
 	SET name = $3, repo_url = $4, normalized_url = $5, path = $6, target_revision = $7, updated_at = now()
@@ -201,7 +205,7 @@ var applicationRefs = &refs{
 func (a Application) fields() fields {
 	return fields{
 		id: a.ID, createdAt: a.CreatedAt,
-		name: a.Name, repoURL: a.RepoURL, normalizedURL: a.NormalizedURL,
+		tenantID: a.TenantID, name: a.Name, repoURL: a.RepoURL, normalizedURL: a.NormalizedURL,
 		extra:  [2]string{a.Path, a.TargetRevision},
 		lockID: a.LockID,
 	}

@@ -268,10 +268,11 @@ func BenchmarkLocks(b *testing.B) {
 
 	// aP is a as a prepared statement (one round trip, cached plan), the
 	// strictest floor. a' is the floor of an audited acquire: the lock row
-	// and its "acquired" event row in one prepared statement (NewLockCTE;
-	// the statement Acquire sends differs only in writing the lock as a GC
-	// candidate, one entry in a small partial index).
-	auditedInsert := `WITH ` + locks.NewLockCTE + ` SELECT id FROM lock`
+	// and its "acquired" event row in one prepared statement, one acquire
+	// per statement (NewLocksCTE; the statement Acquire sends differs in
+	// writing the lock as a GC candidate, one entry in a small partial
+	// index, and in taking arrays, so that concurrent acquires share it).
+	auditedInsert := `WITH input AS (SELECT $1::text AS key, $2::text AS rules, $3::uuid AS tenant), ` + locks.NewLocksCTE + ` SELECT id FROM lock`
 	var e5xx atomic.Int64
 	jobs := []job{
 		{"a  raw INSERT ON CONFLICT DO NOTHING", benchOps, func(ctx context.Context, _, i int) error {

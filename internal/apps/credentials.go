@@ -179,14 +179,18 @@ var credentialRefs = &refs{
 	)
 	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
 		createWithNewLock: `
-	WITH ` + locks.NewLockCTE + `, a AS (
+	WITH ` + newRowsInput + `, ` + locks.NewLocksCTE + `, a AS (
 		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
-		SELECT $3, $4, $5, lock.git_repository_url, $6, $7 FROM lock
+		SELECT input.tenant, input.name, input.repo_url, lock.git_repository_url, input.x0, input.x1
+		FROM input JOIN lock ON lock.git_repository_url = input.key AND lock.cluster_user_id = input.tenant
+		ORDER BY input.tenant, input.name
 		RETURNING *
 	), ref AS (
-		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, lock.id FROM a, lock
+		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id)
+		SELECT a.id, lock.id FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id
 	)
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, lock.id::text AS lock_id FROM a, lock`,
+	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, lock.id::text AS lock_id
+	FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id`,
 		update: `
 	UPDATE repository_credentials a
 	SET name = $3, repo_url = $4, normalized_url = $5, username = $6, secret_ref = $7, updated_at = now()
@@ -209,7 +213,7 @@ var credentialRefs = &refs{
 func (c RepositoryCredential) fields() fields {
 	return fields{
 		id: c.ID, createdAt: c.CreatedAt,
-		name: c.Name, repoURL: c.RepoURL, normalizedURL: c.NormalizedURL,
+		tenantID: c.TenantID, name: c.Name, repoURL: c.RepoURL, normalizedURL: c.NormalizedURL,
 		extra:  [2]string{c.Username, c.SecretRef},
 		lockID: c.LockID,
 	}

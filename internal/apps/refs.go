@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lib/pq"
+
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
@@ -40,12 +42,12 @@ type refsSQL struct {
 	// transaction that acquired the lock: $1 tenant, $2 name, $3 repo_url,
 	// $4 normalized_url, $5 and $6 the extra columns, $7 the lock.
 	create string
-	// createWithNewLock is the fast path of a create: when nobody holds the
-	// URL, one statement (so one implicit transaction and one round trip)
-	// creates the lock and its event (locks.NewLockCTE: $1 key, $2
-	// normalizer version, $3 tenant), the row ($4 name, $5 repo_url, $6 and
-	// $7 the extra columns) and the reference. It returns no row, and
-	// writes nothing, when the URL is taken.
+	// createWithNewLock is the fast path of creates: for each row of
+	// newRowsInput whose URL nobody holds, one statement (so one implicit
+	// transaction and one round trip for a whole batch of creates) creates
+	// the lock and its event (locks.NewLocksCTE), the row and the
+	// reference. It returns the rows it created; none, and writes nothing
+	// for it, for a URL that is taken.
 	createWithNewLock string
 	// update writes every column an update can change: $1 id, $2 tenant,
 	// $3 name, $4 repo_url, $5 normalized_url, $6 and $7 the extra columns,
@@ -73,7 +75,7 @@ func (k *refs) notFound(id string) error {
 // fields are what the shared code reads of a row, the same in both kinds
 // but for extra, the kind's own columns (refs.extra).
 type fields struct {
-	id                           string
+	id, tenantID                 string
 	createdAt                    time.Time
 	name, repoURL, normalizedURL string
 	extra                        [2]string
@@ -154,14 +156,15 @@ func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 		return zero, err
 	}
 	name, x0, x1 := *c.name, *c.extra[0], *c.extra[1]
-	err = db.GetPrepared(ctx, &r, k.sql.createWithNewLock, string(key), locks.RuleSet(normalize.FromContext(ctx)), tenantID, name, stored, x0, x1)
-	if err == nil {
-		return r, nil
+	r, created, err := createWithNewLock[T](ctx, db, k, newRow{
+		key: string(key), rules: locks.RuleSet(normalize.FromContext(ctx)), tenant: tenantID,
+		name: name, repoURL: stored, x0: x0, x1: x1,
+	})
+	if err != nil {
+		return zero, mapWriteError(err, k.what, name)
 	}
-	if !database.IsNoRows(err) {
-		// One autocommit statement: a lost connection leaves its
-		// outcome unknown.
-		return zero, mapWriteError(database.UnknownOutcome(err), k.what, name)
+	if created {
+		return r, nil
 	}
 	var claimedBy string
 	err = db.WithTx(ctx, func(tx database.Tx) error {
@@ -182,6 +185,75 @@ func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 		return zero, locks.ClaimedError(claimedBy)
 	}
 	return r, nil
+}
+
+// newRowsInput is the input CTE of createWithNewLock: one row per create,
+// from arrays $1 keys, $2 rule sets (locks.RuleSet), $3 tenants, $4 names,
+// $5 repo_urls as stored, $6 and $7 the kind's extra columns. Keys are
+// distinct, and so are (tenant, name) pairs.
+const newRowsInput = `input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
+		AS i(key, rules, tenant, name, repo_url, x0, x1)
+)`
+
+// newRow is one create's row of newRowsInput.
+type newRow struct{ key, rules, tenant, name, repoURL, x0, x1 string }
+
+// newRowKeys are what two creates of one batch may not share: the lock key
+// and the (tenant, name) pair.
+func newRowKeys(r newRow) []string {
+	return []string{"k\x00" + r.key, "n\x00" + r.tenant + "\x00" + r.name}
+}
+
+// createdRow is a create's outcome on the fast path: the row, or ok false
+// when the URL was taken.
+type createdRow[T row] struct {
+	row T
+	ok  bool
+}
+
+// createWithNewLock runs the fast path of one create through the pool's
+// Batcher for kind k: creates running at once share one statement and one
+// commit.
+func createWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, r newRow) (T, bool, error) {
+	b := database.BatcherFor(db, "apps.create."+k.noun, func() *database.Batcher[newRow, createdRow[T]] {
+		return database.NewBatcher(db, database.BatchConfig[newRow]{Keys: newRowKeys},
+			func(ctx context.Context, in []newRow) []database.Result[createdRow[T]] {
+				return runCreateWithNewLock[T](ctx, db, k, in)
+			})
+	})
+	c, err := b.Do(ctx, r)
+	return c.row, c.ok, err
+}
+
+// runCreateWithNewLock is the Batcher's run function: createWithNewLock's
+// statement for the batch, its rows matched to the creates by (tenant,
+// name).
+func runCreateWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, in []newRow) []database.Result[createdRow[T]] {
+	var cols [7]pq.StringArray
+	for i := range cols {
+		cols[i] = make(pq.StringArray, len(in))
+	}
+	for i, r := range in {
+		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = r.key, r.rules, r.tenant, r.name, r.repoURL, r.x0, r.x1
+	}
+	var rows []T
+	err := db.SelectPrepared(ctx, &rows, k.sql.createWithNewLock, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6])
+	if err != nil {
+		return database.Isolate(ctx, in, err, func(ctx context.Context, one []newRow) []database.Result[createdRow[T]] {
+			return runCreateWithNewLock[T](ctx, db, k, one)
+		})
+	}
+	res := make([]database.Result[createdRow[T]], len(in))
+	for _, row := range rows {
+		f := row.fields()
+		for i, r := range in {
+			if r.tenant == f.tenantID && r.name == f.name {
+				res[i].Out = createdRow[T]{row: row, ok: true}
+			}
+		}
+	}
+	return res
 }
 
 // getReferenced returns the tenant's row id of kind k.

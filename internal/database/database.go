@@ -40,6 +40,8 @@ type DB struct {
 	cfg PoolConfig
 	// flushes counts DiscardIdle calls (tests, metrics).
 	flushes atomic.Int64
+	// batchers holds the pool's Batchers by name (batch.go).
+	batchers sync.Map
 }
 
 // PoolConfig sets the pool's limits. Zero values select the defaults.

@@ -44,3 +44,16 @@ func (db *DB) GetPrepared(ctx context.Context, dest any, query string, args ...a
 	}
 	return s.GetContext(ctx, dest, args...)
 }
+
+// SelectPrepared is SelectContext through the pool's prepared statement for
+// query (GetPrepared's rules).
+func (db *DB) SelectPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	if db.unprepared {
+		return db.SelectContext(ctx, dest, query, args...)
+	}
+	s, err := db.Prepared(ctx, query)
+	if err != nil {
+		return err
+	}
+	return s.SelectContext(ctx, dest, args...)
+}

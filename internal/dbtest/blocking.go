@@ -57,3 +57,41 @@ func WaitUntilBlocked(t testing.TB, db *database.DB, pid int, finished func() bo
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// WaitForBatcher waits until cond holds of the stats of db's Batcher named
+// name (database.DB.BatchStats; zero stats while it does not exist yet),
+// for tests that hold a batch in flight and queue calls behind it. It
+// polls; there is no timing assumption beyond the 30 s deadline.
+func WaitForBatcher(t testing.TB, db *database.DB, name string, what string, cond func(database.BatchStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond(db.BatchStats()[name]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("batcher %s: timed out waiting until %s (stats %+v)", name, what, db.BatchStats()[name])
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// WaitUntilBlockedAny waits until some backend of db's database other than
+// the holder's (pid) waits for a lock: for a statement run by code that
+// does not expose its connection (a Batcher's).
+func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := db.GetContext(context.Background(), &n, `
+			SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`, holder); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no backend blocked on a lock within 30 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

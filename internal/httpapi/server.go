@@ -117,6 +117,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Registry.Register(collectors.NewDBStatsCollector(cfg.DB.DB.DB, "repolock")); err != nil {
 		return nil, fmt.Errorf("httpapi: register the database pool metrics: %w", err)
 	}
+	if err := cfg.Registry.Register(batchCollector{db: cfg.DB}); err != nil {
+		return nil, fmt.Errorf("httpapi: register the batch metrics: %w", err)
+	}
 
 	e := echo.New()
 	e.HideBanner = true

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
@@ -123,48 +124,135 @@ func validateTenantID(id string) error {
 	return nil
 }
 
-// NewLockCTE creates a lock and its "acquired" event, as two common table
-// expressions named lock and lock_event, for the statements that create a
-// lock together with the row that references it (internal/apps): they start
-// with "WITH " + NewLockCTE and select from lock, which is empty when the
-// URL is already taken. The lock is inserted with gc_candidate false: it is
-// referenced by the time the statement ends (a statement that did not
-// write the reference would leave garbage the GC never scans; use the bare
-// acquire's bareLockCTE for a lock without a reference).
-// Parameters: $1 the normalized key, $2 the rule set (RuleSet: the
+// NewLocksCTE creates locks and their "acquired" events, as two common
+// table expressions named lock and lock_event, for the rows of a CTE named
+// input with the columns key (the normalized key), rules (RuleSet: the
 // normalizer version, or "version:fingerprint" under configured aliases; a
-// bare normalize.Version works too), $3 the acquiring user's id.
-const NewLockCTE = `lock AS (
-	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate)
-	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3, false)
-	ON CONFLICT (git_repository_url) DO NOTHING
-	RETURNING id, git_repository_url, cluster_user_id
-), ` + lockEventCTE
+// bare normalize.Version works too) and tenant (the acquiring user's id,
+// uuid). Every key of input must be distinct: a key already held (by
+// anyone, or by an earlier row of input) gets no lock row.
+//
+// It is for the statements that create a lock together with the row that
+// references it (internal/apps): they start with "WITH input AS (...), " +
+// NewLocksCTE and join lock, which has no row for a key already taken. The
+// locks are inserted with gc_candidate false: they are referenced by the
+// time the statement ends (a statement that did not write the reference
+// would leave garbage the GC never scans; use the bare acquire's
+// bareLocksCTE for a lock without a reference). They are inserted in key
+// order, so that two such statements running at once wait for each other's
+// keys in one order and never deadlock on them.
+const NewLocksCTE = `lock AS (` + insertLocksHead + `false` + insertLocksTail + `), ` + lockEventCTE
 
-// bareLockCTE is NewLockCTE for a lock that nothing references yet (the
+// bareLocksCTE is NewLocksCTE for locks that nothing references yet (the
 // bare acquire, and every other Acquire that creates a lock before its
 // caller writes the reference): gc_candidate true, so the GC's candidate
 // scan finds it if the reference never comes. The caller that does write
 // one leaves a referenced candidate, whose flag the next GC run clears.
-const bareLockCTE = `lock AS (
+const bareLocksCTE = `lock AS (` + insertLocksHead + `true` + insertLocksTail + `), ` + lockEventCTE
+
+const (
+	insertLocksHead = `
 	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate)
-	VALUES ($1, split_part($2::text, ':', 1)::integer, split_part($2::text, ':', 2), $3, true)
+	SELECT input.key, split_part(input.rules, ':', 1)::integer, split_part(input.rules, ':', 2), input.tenant, `
+	insertLocksTail = `
+	FROM input ORDER BY input.key
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
-), ` + lockEventCTE
+`
+)
 
-// lockEventCTE records the "acquired" event of the lock the CTE named lock
-// created (none when it created none).
+// lockEventCTE records the "acquired" event of each lock the CTE named lock
+// created.
 const lockEventCTE = `lock_event AS (
 	INSERT INTO ` + eventColumns + `
 	SELECT '` + EventAcquired + `', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
 	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
 )`
 
-// insertLockSQL is the common case in one round trip: create the lock (a
-// GC candidate until referenced) and its "acquired" event, or do nothing
-// when the URL is taken.
-const insertLockSQL = `WITH ` + bareLockCTE + ` SELECT id FROM lock`
+// insertLocksSQL is the common case of an acquire: create each lock (a GC
+// candidate until referenced) and its "acquired" event, or nothing for a
+// key that is taken. One statement for a whole batch of acquires (arrays
+// $1 keys, $2 rule sets, $3 tenants, keys distinct); it returns the locks
+// it created.
+const insertLocksSQL = `WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]) AS i(key, rules, tenant)
+), ` + bareLocksCTE + `
+SELECT lock.git_repository_url AS key, lock.id, lock.cluster_user_id AS tenant FROM lock`
+
+// newLock is one acquire's row of insertLocksSQL.
+type newLock struct{ key, rules, tenant string }
+
+// insertLocks runs insertLocksSQL on q for the locks in (keys distinct) and
+// returns the id of each lock it created, "" for a key that was taken.
+func insertLocks(ctx context.Context, q database.Querier, in []newLock) ([]string, error) {
+	keys := make(pq.StringArray, len(in))
+	rules := make(pq.StringArray, len(in))
+	tenants := make(pq.StringArray, len(in))
+	for i, l := range in {
+		keys[i], rules[i], tenants[i] = l.key, l.rules, l.tenant
+	}
+	var created []struct {
+		Key    string `db:"key"`
+		ID     string `db:"id"`
+		Tenant string `db:"tenant"`
+	}
+	var err error
+	if db, ok := q.(*database.DB); ok {
+		err = db.SelectPrepared(ctx, &created, insertLocksSQL, keys, rules, tenants)
+	} else {
+		err = q.SelectContext(ctx, &created, insertLocksSQL, keys, rules, tenants)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(in))
+	for _, c := range created {
+		for i, l := range in {
+			if l.key == c.Key && l.tenant == c.Tenant {
+				ids[i] = c.ID
+			}
+		}
+	}
+	return ids, nil
+}
+
+// insertLock creates one lock as insertLocks does: through the pool's
+// Batcher on a *database.DB (concurrent acquires share one statement and
+// one commit), in q's transaction otherwise. It returns "" when the key is
+// taken.
+func insertLock(ctx context.Context, q database.Querier, l newLock) (string, error) {
+	db, ok := q.(*database.DB)
+	if !ok {
+		ids, err := insertLocks(ctx, q, []newLock{l})
+		if err != nil {
+			return "", err
+		}
+		return ids[0], nil
+	}
+	b := database.BatcherFor(db, "locks.insertLocks", func() *database.Batcher[newLock, string] {
+		return database.NewBatcher(db, database.BatchConfig[newLock]{
+			Keys: func(l newLock) []string { return []string{l.key} },
+		}, func(ctx context.Context, in []newLock) []database.Result[string] {
+			return runInsertLocks(ctx, db, in)
+		})
+	})
+	return b.Do(ctx, l)
+}
+
+// runInsertLocks is the pool Batcher's run function.
+func runInsertLocks(ctx context.Context, db *database.DB, in []newLock) []database.Result[string] {
+	ids, err := insertLocks(ctx, db, in)
+	if err != nil {
+		return database.Isolate(ctx, in, err, func(ctx context.Context, one []newLock) []database.Result[string] {
+			return runInsertLocks(ctx, db, one)
+		})
+	}
+	res := make([]database.Result[string], len(in))
+	for i := range ids {
+		res[i].Out = ids[i]
+	}
+	return res
+}
 
 // ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
 // it, so that it cannot be released before the caller's transaction ends.
@@ -250,13 +338,13 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 		return Acquisition{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		var lockID, owner string
-		err := get(ctx, q, &lockID, insertLockSQL, key, RuleSet(n), tenantID)
-		if err == nil {
-			return Acquisition{LockID: lockID, Acquired: true}, nil
-		}
-		if !database.IsNoRows(err) {
+		var owner string
+		lockID, err := insertLock(ctx, q, newLock{key: key, rules: RuleSet(n), tenant: tenantID})
+		if err != nil {
 			return Acquisition{}, mapAcquireError(err)
+		}
+		if lockID != "" {
+			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).

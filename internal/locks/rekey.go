@@ -98,14 +98,14 @@ func AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Norma
 		return Target{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		var id string
-		err := q.GetContext(ctx, &id, insertLockSQL, key, RuleSet(n), tenantID)
-		if err == nil {
-			return Target{LockID: id, Created: true}, nil
-		}
-		if !database.IsNoRows(err) {
+		ids, err := insertLocks(ctx, q, []newLock{{key: key, rules: RuleSet(n), tenant: tenantID}})
+		if err != nil {
 			return Target{}, database.MapError(err)
 		}
+		if ids[0] != "" {
+			return Target{LockID: ids[0], Created: true}, nil
+		}
+		var id string
 		err = q.GetContext(ctx, &id, ownLockSQL, key, tenantID)
 		if err == nil {
 			return Target{LockID: id}, nil

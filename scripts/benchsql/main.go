@@ -422,13 +422,22 @@ func acquire(base, token, repoURL string) (key string, status int, err error) {
 	return r.NormalizedURL, resp.StatusCode, nil
 }
 
-// keyMarker stands for the per-request URL in a captured statement.
-var keyMarker = []byte("\x00key\x00")
+// keyMarker stands for the per-request URL in a captured statement, and
+// keyArrayMarker for an array of that one URL (the binary sends a batch of
+// acquires as arrays; one request alone is a batch of one).
+var (
+	keyMarker      = []byte("\x00key\x00")
+	keyArrayMarker = []byte("\x00key[]\x00")
+)
 
 func replaceKey(s stmt, key string) stmt {
 	for i, p := range s.Params {
-		if !p.Binary && string(p.Value) == key {
+		switch {
+		case p.Binary:
+		case string(p.Value) == key:
 			s.Params[i].Value = keyMarker
+		case string(p.Value) == "{"+key+"}" || string(p.Value) == `{"`+key+`"}`:
+			s.Params[i].Value = keyArrayMarker
 		}
 	}
 	return s
@@ -467,7 +476,10 @@ func writeScript(dir string, stmts []stmt) error {
 		for j, p := range s.Params {
 			switch {
 			case bytes.Equal(p.Value, keyMarker):
-				names[j] = "k"
+				names[j] = ":k"
+				sawKey = true
+			case bytes.Equal(p.Value, keyArrayMarker):
+				names[j] = "ARRAY[:k]"
 				sawKey = true
 			case p.Value == nil:
 				return fmt.Errorf("statement %d parameter $%d is NULL; pgbench cannot send a NULL parameter", i+1, j+1)
@@ -476,8 +488,9 @@ func writeScript(dir string, stmts []stmt) error {
 				if strings.ContainsAny(v, "\n\x00") {
 					return fmt.Errorf("statement %d parameter $%d does not fit a pgbench -D value", i+1, j+1)
 				}
-				names[j] = fmt.Sprintf("s%d_p%d", i+1, j+1)
-				fmt.Fprintf(&defines, "%s=%s\n", names[j], v)
+				name := fmt.Sprintf("s%d_p%d", i+1, j+1)
+				names[j] = ":" + name
+				fmt.Fprintf(&defines, "%s=%s\n", name, v)
 			}
 		}
 		var bad error
@@ -487,7 +500,7 @@ func writeScript(dir string, stmts []stmt) error {
 				bad = fmt.Errorf("statement %d uses %s but has %d parameters", i+1, m, len(names))
 				return m
 			}
-			return ":" + names[n-1]
+			return names[n-1]
 		})
 		if bad != nil {
 			return bad

@@ -1,0 +1,322 @@
+package database_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/internal/database"
+)
+
+// unconnectedPool is a pool that never connects: the Batcher reads only its
+// size.
+func unconnectedPool(t *testing.T, maxOpen int) *database.DB {
+	t.Helper()
+	db, err := database.New("postgres://127.0.0.1:1/none?sslmode=disable", database.PoolConfig{MaxOpenConns: maxOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// gate is a run function whose batches block until released, recording
+// each batch it was given.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	running int
+	maxRun  int
+	release chan struct{}
+	started chan int // the size of each batch, as it starts
+}
+
+func newGate() *gate {
+	return &gate{release: make(chan struct{}), started: make(chan int, 1000)}
+}
+
+func (g *gate) run(ctx context.Context, in []int) []database.Result[string] {
+	g.mu.Lock()
+	g.batches = append(g.batches, slices.Clone(in))
+	g.running++
+	g.maxRun = max(g.maxRun, g.running)
+	g.mu.Unlock()
+	g.started <- len(in)
+	<-g.release
+	g.mu.Lock()
+	g.running--
+	g.mu.Unlock()
+	res := make([]database.Result[string], len(in))
+	for i, v := range in {
+		if v < 0 {
+			res[i].Err = fmt.Errorf("negative %d", v)
+			continue
+		}
+		res[i].Out = fmt.Sprintf("out-%d", v)
+	}
+	return res
+}
+
+// waitFor polls cond (the Batcher's state changes in other goroutines).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type outcome struct {
+	in  int
+	out string
+	err error
+}
+
+func doAll(ctx context.Context, b *database.Batcher[int, string], ins []int, results chan<- outcome) {
+	for _, v := range ins {
+		go func() {
+			out, err := b.Do(ctx, v)
+			results <- outcome{v, out, err}
+		}()
+	}
+}
+
+// TestBatcherGroupsCallsThatArriveWhileABatchRuns: the first call runs
+// alone at once; the calls that arrive while it runs wait and then go as one
+// batch; every caller gets its own result, errors included.
+func TestBatcherGroupsCallsThatArriveWhileABatchRuns(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, g.run)
+	ctx := context.Background()
+	results := make(chan outcome, 100)
+
+	doAll(ctx, b, []int{0}, results)
+	if n := <-g.started; n != 1 {
+		t.Fatalf("first batch has %d calls, want 1 (a lone call must not wait)", n)
+	}
+	ins := []int{1, 2, -3, 4, 5, 6, 7, 8, 9, 10}
+	doAll(ctx, b, ins, results)
+	waitFor(t, "10 calls wait", func() bool { return b.Stats().Waiting == len(ins) })
+	if st := b.Stats(); st.InFlight != 1 || st.Batches != 1 {
+		t.Fatalf("stats %+v: a second batch started before a full one was waiting", st)
+	}
+	close(g.release)
+	if n := <-g.started; n != len(ins) {
+		t.Fatalf("second batch has %d calls, want %d", n, len(ins))
+	}
+	for range len(ins) + 1 {
+		o := <-results
+		switch {
+		case o.in < 0 && (o.err == nil || o.err.Error() != fmt.Sprintf("negative %d", o.in)):
+			t.Errorf("call %d: err %v, want its own error", o.in, o.err)
+		case o.in >= 0 && (o.err != nil || o.out != fmt.Sprintf("out-%d", o.in)):
+			t.Errorf("call %d: got %q, %v", o.in, o.out, o.err)
+		}
+	}
+	if st := b.Stats(); st.Batches != 2 || st.Calls != 11 {
+		t.Errorf("stats %+v, want 2 batches of 11 calls", st)
+	}
+	waitFor(t, "the leader to leave", func() bool { return b.Stats().InFlight == 0 })
+}
+
+// TestBatcherSecondBatchOnlyWhenAFullOneWaits: with one batch running, a
+// second starts (up to MaxInFlight) only once MaxSize calls wait; batches
+// never exceed MaxSize.
+func TestBatcherSecondBatchOnlyWhenAFullOneWaits(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{MaxSize: 4, MaxInFlight: 2}, g.run)
+	ctx := context.Background()
+	results := make(chan outcome, 100)
+	doAll(ctx, b, []int{0}, results)
+	<-g.started
+	doAll(ctx, b, []int{1, 2, 3}, results)
+	waitFor(t, "3 calls wait", func() bool { return b.Stats().Waiting == 3 })
+	if st := b.Stats(); st.InFlight != 1 {
+		t.Fatalf("stats %+v: 3 waiting calls (MaxSize 4) started a second batch", st)
+	}
+	doAll(ctx, b, []int{4}, results)
+	if n := <-g.started; n != 4 {
+		t.Fatalf("the second batch has %d calls, want 4", n)
+	}
+	// Two batches run; a third does not start (MaxInFlight 2), however
+	// many wait.
+	doAll(ctx, b, []int{5, 6, 7, 8, 9, 10, 11, 12, 13}, results)
+	waitFor(t, "9 calls wait", func() bool { return b.Stats().Waiting == 9 })
+	if st := b.Stats(); st.InFlight != 2 {
+		t.Fatalf("stats %+v, want 2 in flight", st)
+	}
+	close(g.release)
+	for range 14 {
+		if o := <-results; o.err != nil {
+			t.Errorf("call %d: %v", o.in, o.err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.maxRun != 2 {
+		t.Errorf("at most %d batches ran at once, want 2", g.maxRun)
+	}
+	for _, batch := range g.batches {
+		if len(batch) > 4 {
+			t.Errorf("batch %v exceeds MaxSize 4", batch)
+		}
+	}
+}
+
+// TestBatcherKeysNeverShareABatch: calls with a key in common go in
+// different batches, in arrival order; the others are not held back.
+func TestBatcherKeysNeverShareABatch(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	keys := func(v int) []string {
+		if v >= 100 {
+			return []string{fmt.Sprint("n", v/100)}
+		}
+		return []string{fmt.Sprint("k", v%10)}
+	}
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{Keys: keys}, g.run)
+	ctx := context.Background()
+	results := make(chan outcome, 100)
+	doAll(ctx, b, []int{1000}, results)
+	<-g.started
+	// 1 and 11 share k1; 2 and 12 share k2; 3 is alone; 201 and 202
+	// share n2.
+	ins := []int{1, 11, 2, 12, 3, 201, 202}
+	doAll(ctx, b, ins, results)
+	waitFor(t, "7 calls wait", func() bool { return b.Stats().Waiting == len(ins) })
+	close(g.release)
+	for range len(ins) + 1 {
+		if o := <-results; o.err != nil {
+			t.Errorf("call %d: %v", o.in, o.err)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, batch := range g.batches {
+		seen := map[string]int{}
+		for _, v := range batch {
+			for _, k := range keys(v) {
+				if w, ok := seen[k]; ok {
+					t.Errorf("batch %v holds %d and %d, which share key %s", batch, w, v, k)
+				}
+				seen[k] = v
+			}
+		}
+	}
+	if len(g.batches) != 3 {
+		t.Errorf("batches %v: want 3 (the lone first call, then two for the clashing keys)", g.batches)
+	}
+}
+
+// TestBatcherCallerGivesUp: a caller whose context ends while it waits
+// returns at once and its call is never run; when every caller of a running
+// batch gives up, the batch's context ends.
+func TestBatcherCallerGivesUp(t *testing.T) {
+	t.Parallel()
+	statementDone := make(chan struct{})
+	started := make(chan []int, 10)
+	run := func(ctx context.Context, in []int) []database.Result[string] {
+		started <- in
+		<-ctx.Done()
+		close(statementDone)
+		return make([]database.Result[string], len(in))
+	}
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, run)
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() { _, err := b.Do(first, 1); firstErr <- err }()
+	<-started
+
+	queued, cancelQueued := context.WithCancel(context.Background())
+	queuedErr := make(chan error, 1)
+	go func() { _, err := b.Do(queued, 2); queuedErr <- err }()
+	waitFor(t, "the second call waits", func() bool { return b.Stats().Waiting == 1 })
+	cancelQueued()
+	if err := <-queuedErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued caller: %v, want context.Canceled", err)
+	}
+	select {
+	case <-statementDone:
+		t.Fatal("the batch's context ended while its caller still waited")
+	default:
+	}
+	cancelFirst()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first caller: %v, want context.Canceled", err)
+	}
+	<-statementDone
+	waitFor(t, "the leader to leave", func() bool { return b.Stats().InFlight == 0 })
+	select {
+	case in := <-started:
+		t.Fatalf("a batch %v ran the call whose caller gave up", in)
+	default:
+	}
+}
+
+// TestBatcherRunPanics: a run function that panics fails its batch's calls
+// with an error instead of leaving them waiting; the Batcher goes on.
+func TestBatcherRunPanics(t *testing.T) {
+	t.Parallel()
+	run := func(ctx context.Context, in []int) []database.Result[string] {
+		if in[0] == 1 {
+			panic("boom")
+		}
+		return make([]database.Result[string], len(in))
+	}
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, run)
+	if _, err := b.Do(context.Background(), 1); err == nil {
+		t.Fatal("a panicking batch returned no error")
+	}
+	if _, err := b.Do(context.Background(), 2); err != nil {
+		t.Fatalf("the next batch: %v", err)
+	}
+}
+
+// TestIsolate: a lost connection fails every call, marked as of unknown
+// outcome; any other error re-runs each call alone.
+func TestIsolate(t *testing.T) {
+	t.Parallel()
+	var alone [][]int
+	one := func(_ context.Context, in []int) []database.Result[string] {
+		alone = append(alone, in)
+		if in[0] == 2 {
+			return []database.Result[string]{{Err: errors.New("constraint of 2")}}
+		}
+		return []database.Result[string]{{Out: fmt.Sprint(in[0])}}
+	}
+	ctx := context.Background()
+
+	res := database.Isolate(ctx, []int{1, 2, 3}, io.ErrUnexpectedEOF, one)
+	for i, r := range res {
+		if !errors.Is(r.Err, database.ErrCommitOutcomeUnknown) {
+			t.Errorf("connection lost, call %d: %v, want ErrCommitOutcomeUnknown", i, r.Err)
+		}
+	}
+	if alone != nil {
+		t.Errorf("connection lost: re-ran %v", alone)
+	}
+
+	res = database.Isolate(ctx, []int{1, 2, 3}, errors.New("constraint of 2"), one)
+	if res[0].Out != "1" || res[0].Err != nil || res[1].Err == nil || res[2].Out != "3" || res[2].Err != nil {
+		t.Errorf("constraint: got %+v", res)
+	}
+	if len(alone) != 3 {
+		t.Errorf("constraint: re-ran %v, want each call alone", alone)
+	}
+
+	alone = nil
+	err := errors.New("constraint of 1")
+	if res := database.Isolate(ctx, []int{1}, err, one); res[0].Err != err || alone != nil {
+		t.Errorf("a batch of one: %+v (re-ran %v), want its error as is", res, alone)
+	}
+}

@@ -1,0 +1,162 @@
+package locks_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/locks"
+)
+
+const insertBatcher = "locks.insertLocks"
+
+type batchedAcquire struct {
+	acq locks.Acquisition
+	err error
+}
+
+// acquiresInOneBatch runs acquires (label -> tenant, key) on the pool so
+// that they reach the Batcher while an acquire of blockerKey by tenant is
+// held in flight (by an uncommitted insert of that lock in another
+// transaction): they wait together and then go as one batch, unless a
+// failed statement makes the Batcher re-run them alone. It returns each
+// label's result.
+func acquiresInOneBatch(t *testing.T, db *database.DB, tenant, blockerKey string, acquires map[string][2]string) map[string]batchedAcquire {
+	t.Helper()
+	ctx := context.Background()
+	blocker, pid := dbtest.BeginWithPID(t, db)
+	if _, err := blocker.ExecContext(ctx, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
+		VALUES ($1, 2, $2)`, blockerKey, tenant); err != nil {
+		t.Fatal(err)
+	}
+	type labeled struct {
+		label string
+		batchedAcquire
+	}
+	results := make(chan labeled, len(acquires)+1)
+	acquire := func(label, tenant, key string) {
+		go func() {
+			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, tenant, key)
+			results <- labeled{label, batchedAcquire{acq, err}}
+		}()
+	}
+	acquire("blocked", tenant, blockerKey)
+	dbtest.WaitUntilBlockedAny(t, db, pid)
+	for label, a := range acquires {
+		acquire(label, a[0], a[1])
+	}
+	dbtest.WaitForBatcher(t, db, insertBatcher, "the acquires wait", func(s database.BatchStats) bool { return s.Waiting == len(acquires) })
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]batchedAcquire{}
+	for range len(acquires) + 1 {
+		r := <-results
+		got[r.label] = r.batchedAcquire
+	}
+	if r := got["blocked"]; r.err != nil || !r.acq.Acquired {
+		t.Errorf("the held acquire: %+v %v", r.acq, r.err)
+	}
+	return got
+}
+
+// TestAcquiresOnThePoolShareABatch: acquires that arrive while an acquire
+// runs go to Postgres together (one statement, database.Batcher), and each
+// still gets exactly what it would get alone: its own lock, or a denial
+// naming the owner when another tenant in the same queue asked for the URL
+// too.
+func TestAcquiresOnThePoolShareABatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
+
+	const free = 20
+	acquires := map[string][2]string{
+		"contested-alice": {alice.ID, "github.com/acme/contested"},
+		"contested-bob":   {bob.ID, "github.com/acme/contested"},
+	}
+	for i := range free {
+		acquires[fmt.Sprint("free-", i)] = [2]string{alice.ID, fmt.Sprintf("github.com/acme/r%d", i)}
+	}
+	got := acquiresInOneBatch(t, db, bob.ID, "github.com/acme/blocker", acquires)
+	for i := range free {
+		if r := got[fmt.Sprint("free-", i)]; r.err != nil || !r.acq.Acquired || r.acq.LockID == "" {
+			t.Errorf("free-%d: %+v %v", i, r.acq, r.err)
+		}
+	}
+	a, b := got["contested-alice"], got["contested-bob"]
+	switch {
+	case a.err != nil || b.err != nil:
+		t.Errorf("contested: %v / %v", a.err, b.err)
+	case a.acq.Acquired == b.acq.Acquired:
+		t.Errorf("contested: alice %+v, bob %+v: want exactly one owner", a.acq, b.acq)
+	case a.acq.Acquired && b.acq.Owner != "alice", b.acq.Acquired && a.acq.Owner != "bob":
+		t.Errorf("contested: the denied tenant was not told the owner: %+v / %+v", a.acq, b.acq)
+	}
+
+	// The database holds exactly the locks acquired, each with the owner
+	// its acquirer was told and one "acquired" event.
+	var rows []struct {
+		ID     string `db:"id"`
+		URL    string `db:"git_repository_url"`
+		Tenant string `db:"cluster_user_id"`
+		Events int    `db:"events"`
+	}
+	if err := db.SelectContext(ctx, &rows, `
+		SELECT o.id, o.git_repository_url, o.cluster_user_id,
+			(SELECT count(*) FROM repository_lock_events e WHERE e.lock_id = o.id AND e.event = 'acquired') AS events
+		FROM RepositoryLockOwner o`); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != free+2 {
+		t.Errorf("%d locks, want %d", len(rows), free+2)
+	}
+	owner := map[string]string{} // lock id -> tenant told it acquired it
+	for label, r := range got {
+		if r.acq.Acquired {
+			tenant := bob.ID
+			if label != "blocked" {
+				tenant = acquires[label][0]
+			}
+			owner[r.acq.LockID] = tenant
+		}
+	}
+	for _, r := range rows {
+		if owner[r.ID] != r.Tenant || r.Events != 1 {
+			t.Errorf("lock %s: owner %s with %d acquired events; its acquirer was %q", r.URL, r.Tenant, r.Events, owner[r.ID])
+		}
+	}
+	st := db.BatchStats()[insertBatcher]
+	if st.Calls != int64(len(acquires)+1) || st.Batches > 3 {
+		t.Errorf("stats %+v: want %d calls in at most 3 batches (the held one, the queue, the contested URL's second)", st, len(acquires)+1)
+	}
+}
+
+// TestAcquiresBatchFailureIsolated: an acquire by a tenant that does not
+// exist fails the statement of its whole batch (a foreign key): the Batcher
+// re-runs each acquire alone, so that only that one fails (not found).
+func TestAcquiresBatchFailureIsolated(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	acquires := map[string][2]string{"ghost": {uuid.NewString(), "github.com/acme/ghost"}}
+	for i := range 8 {
+		acquires[fmt.Sprint("free-", i)] = [2]string{alice.ID, fmt.Sprintf("github.com/acme/r%d", i)}
+	}
+	got := acquiresInOneBatch(t, db, alice.ID, "github.com/acme/blocker", acquires)
+	for label, r := range got {
+		switch {
+		case label == "ghost" && !repolock.IsCode(r.err, repolock.ENotFound):
+			t.Errorf("ghost: %+v %v, want not found", r.acq, r.err)
+		case label != "ghost" && (r.err != nil || !r.acq.Acquired):
+			t.Errorf("%s: %+v %v", label, r.acq, r.err)
+		}
+	}
+}
