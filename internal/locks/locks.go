@@ -162,11 +162,14 @@ const (
 )
 
 // lockEventCTE records the "acquired" event of each lock the CTE named lock
-// created.
+// created. The tenant's name is looked up per lock by primary key (a
+// scalar subquery, which the planner cannot turn into a join): as a join,
+// a batch's plan hashed the whole tenant table, a cost that grows with the
+// number of tenants, not with the batch.
 const lockEventCTE = `lock_event AS (
 	INSERT INTO ` + eventColumns + `
-	SELECT '` + EventAcquired + `', lock.id, lock.git_repository_url, u.id, u.name, u.id, u.name
-	FROM lock JOIN cluster_users u ON u.id = lock.cluster_user_id
+	SELECT '` + EventAcquired + `', l.id, l.git_repository_url, l.cluster_user_id, l.name, l.cluster_user_id, l.name
+	FROM (SELECT lock.*, (SELECT u.name FROM cluster_users u WHERE u.id = lock.cluster_user_id) AS name FROM lock) l
 )`
 
 // insertLocksSQL is the common case of an acquire: create each lock (a GC
