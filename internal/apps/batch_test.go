@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/apps"
@@ -76,6 +77,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 
@@ -143,6 +145,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 func TestCreatesBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
+	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
 	alice := dbtest.NewTenant(t, db, "alice")
 	ghost := dbtest.NewTenant(t, db, "ghost")
 	if _, err := db.ExecContext(context.Background(), `DELETE FROM cluster_users WHERE id = $1`, ghost.ID); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Batcher runs concurrent calls of one write as one statement: group commit.
@@ -34,10 +35,11 @@ type Batcher[In, Out any] struct {
 	keys        func(In) []string
 	maxSize     int
 	maxInFlight int
+	stallAfter  time.Duration
 
-	mu       sync.Mutex
-	queue    []*call[In, Out]
-	inFlight int
+	mu      sync.Mutex
+	queue   []*call[In, Out]
+	leaders map[*leader]struct{}
 
 	batches, calls atomic.Int64
 }
@@ -54,8 +56,14 @@ type BatchConfig[In any] struct {
 	MaxSize int
 	// MaxInFlight caps the batches running at once, each on its own
 	// connection (default: a quarter of the pool, at least 1). A batch
-	// beyond the first starts only when a full batch is waiting (lead).
+	// beyond the first starts only when a full batch is waiting, or when
+	// no batch has started for StallAfter while calls wait (lead).
 	MaxInFlight int
+	// StallAfter is how long a running batch may hold up the calls
+	// waiting behind it before another batch starts beside it (default
+	// DefaultBatchStallAfter, or the pool's SetBatchStallAfter): a batch waiting for a row another transaction holds must not
+	// stall every other call.
+	StallAfter time.Duration
 	// Keys, when set, names what a call writes that no other call of the
 	// same batch may write too (a unique key): a call whose key is already
 	// in the batch being formed waits for a later batch, so that a batch
@@ -79,8 +87,23 @@ func NewBatcher[In, Out any](db *DB, cfg BatchConfig[In], run func(ctx context.C
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = max(1, db.cfg.MaxOpenConns/4)
 	}
-	return &Batcher[In, Out]{run: run, keys: cfg.Keys, maxSize: cfg.MaxSize, maxInFlight: cfg.MaxInFlight}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = db.batchStallAfter
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = DefaultBatchStallAfter
+	}
+	return &Batcher[In, Out]{run: run, keys: cfg.Keys, maxSize: cfg.MaxSize, maxInFlight: cfg.MaxInFlight,
+		stallAfter: cfg.StallAfter, leaders: make(map[*leader]struct{})}
 }
+
+// DefaultBatchStallAfter is BatchConfig.StallAfter's default.
+const DefaultBatchStallAfter = 50 * time.Millisecond
+
+// SetBatchStallAfter sets the StallAfter of the Batchers the pool makes
+// from now on (tests that hold a batch in flight and queue calls behind
+// it set it long).
+func (db *DB) SetBatchStallAfter(d time.Duration) { db.batchStallAfter = d }
 
 // BatcherFor returns db's Batcher named name, made by mk on first use: a
 // pool has one Batcher per statement, shared by every caller. mk must
@@ -102,20 +125,64 @@ func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	lead := b.inFlight == 0 || (len(b.queue) >= b.maxSize && b.inFlight < b.maxInFlight)
-	if lead {
-		b.inFlight++
-	}
+	led := b.startLeader(time.Now())
 	b.mu.Unlock()
-	if lead {
-		go b.lead()
+	if led {
+		select {
+		case <-c.done:
+			return c.res.Out, c.res.Err
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
 	}
-	select {
-	case <-c.done:
-		return c.res.Out, c.res.Err
-	case <-ctx.Done():
-		return zero, ctx.Err()
+	// Behind a running batch: wait for a later one, and start one beside
+	// it if none starts for stallAfter.
+	t := time.NewTimer(b.stallAfter)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return c.res.Out, c.res.Err
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-t.C:
+			b.mu.Lock()
+			b.startLeader(time.Now())
+			b.mu.Unlock()
+			t.Reset(b.stallAfter)
+		}
 	}
+}
+
+// leader is a goroutine running batches (lead); since is when its current
+// batch started, zero between batches.
+type leader struct{ since time.Time }
+
+// startLeader starts a leader (b.mu held) when calls wait, a slot is free
+// and either a full batch waits or no leader is healthy: none, or every
+// one's batch has run for stallAfter. It reports whether it did.
+func (b *Batcher[In, Out]) startLeader(now time.Time) bool {
+	if len(b.queue) == 0 || len(b.leaders) >= b.maxInFlight {
+		return false
+	}
+	if len(b.queue) < b.maxSize && b.healthyLeader(nil, now) {
+		return false
+	}
+	l := &leader{}
+	b.leaders[l] = struct{}{}
+	go b.lead(l)
+	return true
+}
+
+// healthyLeader reports whether a leader other than self is between
+// batches or has run its batch for less than stallAfter (b.mu held).
+func (b *Batcher[In, Out]) healthyLeader(self *leader, now time.Time) bool {
+	for l := range b.leaders {
+		if l != self && (l.since.IsZero() || now.Sub(l.since) < b.stallAfter) {
+			return true
+		}
+	}
+	return false
 }
 
 // BatchStats counts what a Batcher ran and what it is doing.
@@ -133,36 +200,42 @@ type BatchStats struct {
 // what runs and waits now.
 func (b *Batcher[In, Out]) Stats() BatchStats {
 	b.mu.Lock()
-	inFlight, waiting := b.inFlight, len(b.queue)
+	inFlight, waiting := len(b.leaders), len(b.queue)
 	b.mu.Unlock()
 	return BatchStats{Batches: b.batches.Load(), Calls: b.calls.Load(), InFlight: inFlight, Waiting: waiting}
 }
 
-// lead runs batches, holding one of the in-flight slots, until the queue
-// is empty, or, when other batches are in flight too, until the queue
-// holds less than a full batch.
+// lead runs batches as leader l until the queue is empty, or until
+// another leader is healthy and less than a full batch waits.
 //
 // One batch in flight at a time is the rule: the calls that arrive while it
 // runs make the next one, so batches grow with the load and the per-
 // statement cost is paid once per batch. A second batch starts only when a
 // full one (maxSize calls) is waiting, that is, when one statement at a
-// time no longer keeps up; up to maxInFlight run then, each on its own
-// connection. (make bench-http on 2 CPUs: one in flight gave batches of 15
-// and 10,400 acquires/s; a fixed 5 in flight, batches of 3.6 and 6,400/s.)
-func (b *Batcher[In, Out]) lead() {
+// time no longer keeps up, or when the running batch has stalled for
+// stallAfter (waiting for a row lock, say); up to maxInFlight run then,
+// each on its own connection, and the extra leaders stop once one healthy
+// leader is enough. (make bench-http on 2 CPUs: one in flight gave batches
+// of 15 and 10,400 acquires/s; a fixed 5 in flight, batches of 3.6 and
+// 6,400/s.)
+func (b *Batcher[In, Out]) lead(l *leader) {
+	b.mu.Lock()
 	for {
-		b.mu.Lock()
+		now := time.Now()
 		var batch []*call[In, Out]
-		if b.inFlight == 1 || len(b.queue) >= b.maxSize {
+		if len(b.queue) >= b.maxSize || !b.healthyLeader(l, now) {
 			batch = b.take()
 		}
 		if len(batch) == 0 {
-			b.inFlight--
+			delete(b.leaders, l)
 			b.mu.Unlock()
 			return
 		}
+		l.since = now
 		b.mu.Unlock()
 		b.exec(batch)
+		b.mu.Lock()
+		l.since = time.Time{}
 	}
 }
 

@@ -95,7 +95,7 @@ func doAll(ctx context.Context, b *database.Batcher[int, string], ins []int, res
 func TestBatcherGroupsCallsThatArriveWhileABatchRuns(t *testing.T) {
 	t.Parallel()
 	g := newGate()
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, g.run)
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, g.run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 
@@ -134,7 +134,7 @@ func TestBatcherGroupsCallsThatArriveWhileABatchRuns(t *testing.T) {
 func TestBatcherSecondBatchOnlyWhenAFullOneWaits(t *testing.T) {
 	t.Parallel()
 	g := newGate()
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{MaxSize: 4, MaxInFlight: 2}, g.run)
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{MaxSize: 4, MaxInFlight: 2, StallAfter: time.Hour}, g.run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 	doAll(ctx, b, []int{0}, results)
@@ -184,7 +184,7 @@ func TestBatcherKeysNeverShareABatch(t *testing.T) {
 		}
 		return []string{fmt.Sprint("k", v%10)}
 	}
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{Keys: keys}, g.run)
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{Keys: keys, StallAfter: time.Hour}, g.run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 	doAll(ctx, b, []int{1000}, results)
@@ -231,7 +231,7 @@ func TestBatcherCallerGivesUp(t *testing.T) {
 		close(statementDone)
 		return make([]database.Result[string], len(in))
 	}
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, run)
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, run)
 	first, cancelFirst := context.WithCancel(context.Background())
 	firstErr := make(chan error, 1)
 	go func() { _, err := b.Do(first, 1); firstErr <- err }()
@@ -261,6 +261,49 @@ func TestBatcherCallerGivesUp(t *testing.T) {
 		t.Fatalf("a batch %v ran the call whose caller gave up", in)
 	default:
 	}
+}
+
+// TestBatcherStalledBatchDoesNotHoldUpTheOthers: a batch that does not
+// finish (a statement waiting for a row another transaction holds) holds
+// up the calls behind it only for StallAfter: then another batch starts
+// beside it, and the calls complete while the first batch is still stuck.
+func TestBatcherStalledBatchDoesNotHoldUpTheOthers(t *testing.T) {
+	t.Parallel()
+	stuck := make(chan struct{})
+	run := func(ctx context.Context, in []int) []database.Result[string] {
+		if slices.Contains(in, 0) {
+			<-stuck
+		}
+		res := make([]database.Result[string], len(in))
+		for i, v := range in {
+			res[i].Out = fmt.Sprint(v)
+		}
+		return res
+	}
+	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: 5 * time.Millisecond, MaxInFlight: 2}, run)
+	ctx := context.Background()
+	results := make(chan outcome, 100)
+	doAll(ctx, b, []int{0}, results)
+	waitFor(t, "the first batch runs", func() bool { return b.Stats().Batches == 1 })
+	doAll(ctx, b, []int{1, 2, 3, 4, 5}, results)
+	for range 5 {
+		if o := <-results; o.err != nil || o.out != fmt.Sprint(o.in) {
+			t.Errorf("call %d: %q %v", o.in, o.out, o.err)
+		}
+	}
+	select {
+	case o := <-results:
+		t.Fatalf("the stuck call returned: %+v", o)
+	default:
+	}
+	if st := b.Stats(); st.InFlight > 2 {
+		t.Errorf("stats %+v: more than MaxInFlight batches", st)
+	}
+	close(stuck)
+	if o := <-results; o.in != 0 || o.err != nil {
+		t.Errorf("the stuck call: %+v", o)
+	}
+	waitFor(t, "the leaders to leave", func() bool { return b.Stats().InFlight == 0 })
 }
 
 // TestBatcherRunPanics: a run function that panics fails its batch's calls

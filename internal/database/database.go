@@ -40,8 +40,10 @@ type DB struct {
 	cfg PoolConfig
 	// flushes counts DiscardIdle calls (tests, metrics).
 	flushes atomic.Int64
-	// batchers holds the pool's Batchers by name (batch.go).
-	batchers sync.Map
+	// batchers holds the pool's Batchers by name (batch.go), made with
+	// batchStallAfter when set.
+	batchers        sync.Map
+	batchStallAfter time.Duration
 }
 
 // PoolConfig sets the pool's limits. Zero values select the defaults.

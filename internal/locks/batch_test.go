@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -74,6 +75,7 @@ func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 
@@ -145,6 +147,7 @@ func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 func TestAcquiresBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
+	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
 	alice := dbtest.NewTenant(t, db, "alice")
 	acquires := map[string][2]string{"ghost": {uuid.NewString(), "github.com/acme/ghost"}}
 	for i := range 8 {
@@ -158,5 +161,55 @@ func TestAcquiresBatchFailureIsolated(t *testing.T) {
 		case label != "ghost" && (r.err != nil || !r.acq.Acquired):
 			t.Errorf("%s: %+v %v", label, r.acq, r.err)
 		}
+	}
+}
+
+// TestStalledAcquireDoesNotHoldUpOthers: an acquire whose batch waits for
+// a row another transaction holds (an uncommitted lock on its URL) holds up
+// the acquires queued behind it only briefly (database.Batcher's
+// StallAfter): they complete while it still waits.
+func TestStalledAcquireDoesNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	blocker, pid := dbtest.BeginWithPID(t, db)
+	if _, err := blocker.ExecContext(ctx, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
+		VALUES ('github.com/acme/blocker', 2, $1)`, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/acme/blocker")
+		stuck <- err
+	}()
+	dbtest.WaitUntilBlockedAny(t, db, pid)
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/acme/r%d", i))
+			if err == nil && !acq.Acquired {
+				err = fmt.Errorf("r%d not acquired", i)
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Error(err)
+			}
+		case err := <-stuck:
+			t.Fatalf("the stuck acquire returned (%v) before the others", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the acquires queued behind a stuck batch did not complete within 30 s")
+		}
+	}
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stuck; err != nil {
+		t.Fatalf("the stuck acquire, once released: %v", err)
 	}
 }
