@@ -3,6 +3,7 @@ package tests
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -138,5 +139,65 @@ func TestLocksRaceEndToEnd(t *testing.T) {
 	}
 	if owned != 10 || statuses[http.StatusCreated]+statuses[http.StatusConflict] != 120 {
 		t.Fatalf("%d locks for 10 repositories; statuses %v", owned, statuses)
+	}
+}
+
+// Concurrent acquires and creates through the real binary at its defaults
+// share statements (group commit): every one of them succeeds with its own
+// lock, and /metrics counts the statements and the requests they carried.
+func TestConcurrentWritesAreBatched(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx := t.Context()
+	alice := s.tenant(t, "alice")
+	const n = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	lockIDs := make(chan string, n)
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			acq, err := alice.AcquireLock(ctx, "https://github.com/acme/lock-"+strconv.Itoa(i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			lockIDs <- acq.LockID
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := alice.CreateApplication(ctx, client.CreateApplicationRequest{
+				Name: "app-" + strconv.Itoa(i), RepoURL: "https://github.com/acme/app-" + strconv.Itoa(i)})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(lockIDs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	seen := map[string]bool{}
+	for id := range lockIDs {
+		if id == "" || seen[id] {
+			t.Errorf("lock id %q empty or given twice", id)
+		}
+		seen[id] = true
+	}
+	body, err := s.client(t, "").Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`repolock_db_batch_calls_total{statement="locks.insertLocks"} 40`,
+		`repolock_db_batch_calls_total{statement="apps.create.application"} 40`,
+		`repolock_db_batches_total{statement="locks.insertLocks"}`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

@@ -216,7 +216,7 @@ type createdRow[T row] struct {
 // Batcher for kind k: creates running at once share one statement and one
 // commit.
 func createWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, r newRow) (T, bool, error) {
-	b := database.BatcherFor(db, "apps.create."+k.noun, func() *database.Batcher[newRow, createdRow[T]] {
+	b := database.BatcherFor(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), func() *database.Batcher[newRow, createdRow[T]] {
 		return database.NewBatcher(db, database.BatchConfig[newRow]{Keys: newRowKeys},
 			func(ctx context.Context, in []newRow) []database.Result[createdRow[T]] {
 				return runCreateWithNewLock[T](ctx, db, k, in)
