@@ -110,6 +110,13 @@ func TestWriteScript(t *testing.T) {
 			wantDefines: "s1_p1=\\xab01\ns2_p2=1\ns2_p3=u-1\n",
 		},
 		{
+			name: "a batch of one acquire: the key as a one-element array",
+			stmts: []stmt{{SQL: "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[])) SELECT 1",
+				Params: []param{{Value: []byte(`{"` + key + `"}`)}, {Value: []byte(`{"2"}`)}, {Value: []byte(`{"u-1"}`)}}}},
+			wantScript:  "WITH input AS (SELECT * FROM unnest(ARRAY[:k]::text[], :s1_p2::text[], :s1_p3::uuid[])) SELECT 1;\n",
+			wantDefines: "s1_p2={\"2\"}\ns1_p3={\"u-1\"}\n",
+		},
+		{
 			name:        "ten parameters",
 			stmts:       []stmt{{SQL: "SELECT $10, $1", Params: []param{{Value: []byte(key)}, {Value: []byte("2")}, {Value: []byte("3")}, {Value: []byte("4")}, {Value: []byte("5")}, {Value: []byte("6")}, {Value: []byte("7")}, {Value: []byte("8")}, {Value: []byte("9")}, {Value: []byte("ten")}}}},
 			wantScript:  "SELECT :s1_p10, :k;\n",
