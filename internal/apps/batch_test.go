@@ -21,46 +21,24 @@ type createResult struct {
 }
 
 // createsInOneBatch runs creates (label -> tenant, name, URL) on the pool
-// so that they reach the Batcher while a create of blockerURL by tenant is
-// held in flight (by an uncommitted insert of its lock in another
-// transaction): they wait together and then go as one batch, unless a
-// failed statement makes the Batcher re-run them alone. It returns each
-// label's result, "blocked" being the held create's.
+// queued behind a held create of blockerURL by tenant (dbtest.InOneBatch),
+// so that they go as one batch unless a failed statement makes the
+// Batcher re-run them alone. It returns each label's result.
 func createsInOneBatch(t *testing.T, db *database.DB, tenant, blockerURL string, creates map[string][3]string) map[string]createResult {
 	t.Helper()
-	ctx := context.Background()
-	blocker, pid := dbtest.BeginWithPID(t, db)
-	if _, err := blocker.ExecContext(ctx, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
-		VALUES ($1, 2, $2)`, keyOf(t, blockerURL), tenant); err != nil {
-		t.Fatal(err)
+	create := func(tenant, name, url string) func() createResult {
+		return func() createResult {
+			app, err := apps.CreateApplication(context.Background(), db, tenant, apps.NewApplication{Name: name, RepoURL: url})
+			return createResult{app, err}
+		}
 	}
-	type labeled struct {
-		label string
-		createResult
-	}
-	results := make(chan labeled, len(creates)+1)
-	create := func(label, tenant, name, url string) {
-		go func() {
-			app, err := apps.CreateApplication(ctx, db, tenant, apps.NewApplication{Name: name, RepoURL: url})
-			results <- labeled{label, createResult{app, err}}
-		}()
-	}
-	before := db.BatchStats()[appBatcher].Calls
-	create("blocked", tenant, "held-"+strconv.Itoa(int(before)), blockerURL)
-	dbtest.WaitUntilBlockedAny(t, db, pid)
+	calls := map[string]func() createResult{}
 	for label, c := range creates {
-		create(label, c[0], c[1], c[2])
+		calls[label] = create(c[0], c[1], c[2])
 	}
-	dbtest.WaitForBatcher(t, db, appBatcher, "the creates wait", func(s database.BatchStats) bool { return s.Waiting == len(creates) })
-	if err := blocker.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]createResult{}
-	for range len(creates) + 1 {
-		r := <-results
-		got[r.label] = r.createResult
-	}
-	if r := got["blocked"]; r.err != nil {
+	held := create(tenant, "held-"+strconv.FormatInt(db.BatchStats()[appBatcher].Calls, 10), blockerURL)
+	got := dbtest.InOneBatch(t, db, appBatcher, tenant, keyOf(t, blockerURL), held, calls)
+	if r := got["held"]; r.err != nil {
 		t.Errorf("the held create: %v", r.err)
 	}
 	return got

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -94,4 +95,60 @@ func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// QueueBehindHeldBatch holds a batch of db's Batcher named batcher in
+// flight and queues calls behind it, so that they go to Postgres as one
+// batch. It inserts the lock on key for tenant in a transaction left
+// uncommitted, calls held (which must start, in a goroutine, a call of the
+// Batcher that inserts key: its statement blocks on that row), waits until
+// it blocks, calls queue (which must start n calls in goroutines and
+// return n), waits until all n wait in the Batcher, and rolls the
+// transaction back, which lets the held call and then the queue go.
+//
+// Set a long db.SetBatchStallAfter first: otherwise a batch starts beside
+// the held one after database.DefaultBatchStallAfter.
+func QueueBehindHeldBatch(t testing.TB, db *database.DB, batcher, tenant, key string, held func(), queue func() int) {
+	t.Helper()
+	blocker, pid := BeginWithPID(t, db)
+	if _, err := blocker.ExecContext(context.Background(), `
+		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,
+		key, tenant); err != nil {
+		t.Fatal(err)
+	}
+	held()
+	WaitUntilBlockedAny(t, db, pid)
+	n := queue()
+	WaitForBatcher(t, db, batcher, fmt.Sprintf("%d calls wait", n), func(s database.BatchStats) bool { return s.Waiting == n })
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// InOneBatch runs held and then calls (by label), each in its own
+// goroutine, with QueueBehindHeldBatch: held must insert key through db's
+// Batcher named batcher, and every call must go through it too. It returns
+// each label's result, held's as "held".
+func InOneBatch[R any](t testing.TB, db *database.DB, batcher, tenant, key string, held func() R, calls map[string]func() R) map[string]R {
+	t.Helper()
+	type labeled struct {
+		label string
+		r     R
+	}
+	results := make(chan labeled, len(calls)+1)
+	start := func(label string, f func() R) { go func() { results <- labeled{label, f()} }() }
+	QueueBehindHeldBatch(t, db, batcher, tenant, key,
+		func() { start("held", held) },
+		func() int {
+			for label, f := range calls {
+				start(label, f)
+			}
+			return len(calls)
+		})
+	got := make(map[string]R, len(calls)+1)
+	for range len(calls) + 1 {
+		r := <-results
+		got[r.label] = r.r
+	}
+	return got
 }

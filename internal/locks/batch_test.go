@@ -21,46 +21,24 @@ type batchedAcquire struct {
 	err error
 }
 
-// acquiresInOneBatch runs acquires (label -> tenant, key) on the pool so
-// that they reach the Batcher while an acquire of blockerKey by tenant is
-// held in flight (by an uncommitted insert of that lock in another
-// transaction): they wait together and then go as one batch, unless a
-// failed statement makes the Batcher re-run them alone. It returns each
-// label's result.
+// acquiresInOneBatch runs acquires (label -> tenant, key) on the pool
+// queued behind a held acquire of blockerKey by tenant (dbtest.InOneBatch),
+// so that they go as one batch unless a failed statement makes the
+// Batcher re-run them alone. It returns each label's result.
 func acquiresInOneBatch(t *testing.T, db *database.DB, tenant, blockerKey string, acquires map[string][2]string) map[string]batchedAcquire {
 	t.Helper()
-	ctx := context.Background()
-	blocker, pid := dbtest.BeginWithPID(t, db)
-	if _, err := blocker.ExecContext(ctx, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
-		VALUES ($1, 2, $2)`, blockerKey, tenant); err != nil {
-		t.Fatal(err)
+	acquire := func(tenant, key string) func() batchedAcquire {
+		return func() batchedAcquire {
+			acq, err := locks.AcquireRepositoryCredentialURL(context.Background(), db, tenant, key)
+			return batchedAcquire{acq, err}
+		}
 	}
-	type labeled struct {
-		label string
-		batchedAcquire
-	}
-	results := make(chan labeled, len(acquires)+1)
-	acquire := func(label, tenant, key string) {
-		go func() {
-			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, tenant, key)
-			results <- labeled{label, batchedAcquire{acq, err}}
-		}()
-	}
-	acquire("blocked", tenant, blockerKey)
-	dbtest.WaitUntilBlockedAny(t, db, pid)
+	calls := map[string]func() batchedAcquire{}
 	for label, a := range acquires {
-		acquire(label, a[0], a[1])
+		calls[label] = acquire(a[0], a[1])
 	}
-	dbtest.WaitForBatcher(t, db, insertBatcher, "the acquires wait", func(s database.BatchStats) bool { return s.Waiting == len(acquires) })
-	if err := blocker.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]batchedAcquire{}
-	for range len(acquires) + 1 {
-		r := <-results
-		got[r.label] = r.batchedAcquire
-	}
-	if r := got["blocked"]; r.err != nil || !r.acq.Acquired {
+	got := dbtest.InOneBatch(t, db, insertBatcher, tenant, blockerKey, acquire(tenant, blockerKey), calls)
+	if r := got["held"]; r.err != nil || !r.acq.Acquired {
 		t.Errorf("the held acquire: %+v %v", r.acq, r.err)
 	}
 	return got
@@ -124,7 +102,7 @@ func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 	for label, r := range got {
 		if r.acq.Acquired {
 			tenant := bob.ID
-			if label != "blocked" {
+			if label != "held" {
 				tenant = acquires[label][0]
 			}
 			owner[r.acq.LockID] = tenant
