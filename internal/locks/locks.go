@@ -162,14 +162,14 @@ const (
 )
 
 // lockEventCTE records the "acquired" event of each lock the CTE named lock
-// created. The tenant's name is looked up per lock by primary key (a
-// scalar subquery, which the planner cannot turn into a join): as a join,
-// a batch's plan hashed the whole tenant table, a cost that grows with the
-// number of tenants, not with the batch.
+// created. The tenant's name is looked up once per lock by primary key (a
+// lateral subquery that OFFSET 0 keeps the planner from turning into a
+// join): as a join, a batch's plan hashed the whole tenant table, a cost
+// that grows with the number of tenants, not with the batch.
 const lockEventCTE = `lock_event AS (
 	INSERT INTO ` + eventColumns + `
-	SELECT '` + EventAcquired + `', l.id, l.git_repository_url, l.cluster_user_id, l.name, l.cluster_user_id, l.name
-	FROM (SELECT lock.*, (SELECT u.name FROM cluster_users u WHERE u.id = lock.cluster_user_id) AS name FROM lock) l
+	SELECT '` + EventAcquired + `', lock.id, lock.git_repository_url, lock.cluster_user_id, u.name, lock.cluster_user_id, u.name
+	FROM lock CROSS JOIN LATERAL (SELECT u.name FROM cluster_users u WHERE u.id = lock.cluster_user_id OFFSET 0) u
 )`
 
 // insertLocksSQL is the common case of an acquire: create each lock (a GC
