@@ -380,7 +380,12 @@ echo
 echo "make bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+dirty'), ${conns} connections, ${duration}s per phase"
 echo "machine: $(nproc --all) CPUs; load average before $load_before, after $load_after; Postgres $(psql_admin -c 'SHOW server_version' | cut -d' ' -f1)"
 echo "CPUs: $pin_note"
-for side in "${sides[@]}"; do echo "$side: ${bin[$side]}, pool size (max open) ${pool[$side]}"; done
+for side in "${sides[@]}"; do
+	# The binary's peak resident memory over the run (VmHWM), for the
+	# memory its collector's pace costs (GOGC).
+	rss=$(awk '/^VmHWM:/ {printf "%.0f MiB", $2 / 1024}' "/proc/${server_pid[$side]}/status" 2>/dev/null || true)
+	echo "$side: ${bin[$side]}, pool size (max open) ${pool[$side]}, peak RSS ${rss:-?}"
+done
 echo
 header="| phase |"
 sep="| --- |"

@@ -397,3 +397,29 @@ func TestUserCLI(t *testing.T) {
 		t.Fatalf("deleting a missing tenant: exit %d, want 1", code)
 	}
 }
+
+// The Go collector's pace: serve runs at GOGC 400 unless the environment
+// sets GOGC (and then at that), as its /metrics shows.
+func TestServeGCPace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "go_gc_gogc_percent 400\n"},
+		{[]string{"GOGC=150", "GOMEMLIMIT=200MiB"}, "go_gc_gogc_percent 150\n"},
+	} {
+		s := startServerWith(t, serverOptions{Env: tc.env})
+		body, err := s.client(t, "").Metrics(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(body), tc.want) {
+			t.Errorf("env %v: /metrics lacks %q", tc.env, tc.want)
+		}
+		if tc.env != nil && !strings.Contains(string(body), "go_gc_gomemlimit_bytes 2.097152e+08\n") {
+			t.Errorf("env %v: /metrics lacks the memory limit", tc.env)
+		}
+	}
+}
+

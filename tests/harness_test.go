@@ -324,6 +324,7 @@ func cleanEnv() []string {
 		switch {
 		case k == "DATABASE_URL", k == "MIGRATE_DATABASE_URL", k == "REPORTS_DATABASE_URL", k == "DB_PREPARED_STATEMENTS", k == "ADMIN_TOKEN", k == "LISTEN_ADDR", k == "MIGRATE_ON_START",
 			k == "LOG_LEVEL", k == "LOG_FORMAT", k == "REQUEST_TIMEOUT", k == "SHUTDOWN_TIMEOUT", k == "DEBUG_LISTEN_ADDR",
+			k == "GOGC", k == "GOMEMLIMIT",
 			strings.HasPrefix(k, "GC_"):
 			continue
 		}

@@ -49,6 +49,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	setServeGCPace(e.getenv, logger)
 	dbURL, err := common.url()
 	if err != nil {
 		return err
