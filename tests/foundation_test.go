@@ -422,4 +422,3 @@ func TestServeGCPace(t *testing.T) {
 		}
 	}
 }
-
