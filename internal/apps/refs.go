@@ -218,42 +218,39 @@ type createdRow[T row] struct {
 func createWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, r newRow) (T, bool, error) {
 	b := database.BatcherFor(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), func() *database.Batcher[newRow, createdRow[T]] {
 		return database.NewBatcher(db, database.BatchConfig[newRow]{Keys: newRowKeys},
-			func(ctx context.Context, in []newRow) []database.Result[createdRow[T]] {
-				return runCreateWithNewLock[T](ctx, db, k, in)
+			func(ctx context.Context, in []newRow) ([]createdRow[T], error) {
+				return createBatch[T](ctx, db, k, in)
 			})
 	})
 	c, err := b.Do(ctx, r)
 	return c.row, c.ok, err
 }
 
-// runCreateWithNewLock is the Batcher's run function: createWithNewLock's
-// statement for the batch, its rows matched to the creates by (tenant,
-// name).
-func runCreateWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, in []newRow) []database.Result[createdRow[T]] {
+// createBatch runs createWithNewLock's statement for a batch of creates
+// and matches its rows to them by (tenant, name), unique in a batch.
+func createBatch[T row](ctx context.Context, db *database.DB, k *refs, in []newRow) ([]createdRow[T], error) {
 	var cols [7]pq.StringArray
 	for i := range cols {
 		cols[i] = make(pq.StringArray, len(in))
 	}
+	type tenantName struct{ tenant, name string }
+	index := make(map[tenantName]int, len(in))
 	for i, r := range in {
 		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i], cols[6][i] = r.key, r.rules, r.tenant, r.name, r.repoURL, r.x0, r.x1
+		index[tenantName{r.tenant, r.name}] = i
 	}
 	var rows []T
-	err := db.SelectPrepared(ctx, &rows, k.sql.createWithNewLock, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6])
-	if err != nil {
-		return database.Isolate(ctx, in, err, func(ctx context.Context, one []newRow) []database.Result[createdRow[T]] {
-			return runCreateWithNewLock[T](ctx, db, k, one)
-		})
+	if err := db.SelectPrepared(ctx, &rows, k.sql.createWithNewLock, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6]); err != nil {
+		return nil, err
 	}
-	res := make([]database.Result[createdRow[T]], len(in))
+	out := make([]createdRow[T], len(in))
 	for _, row := range rows {
 		f := row.fields()
-		for i, r := range in {
-			if r.tenant == f.tenantID && r.name == f.name {
-				res[i].Out = createdRow[T]{row: row, ok: true}
-			}
+		if i, ok := index[tenantName{f.tenantID, f.name}]; ok {
+			out[i] = createdRow[T]{row: row, ok: true}
 		}
 	}
-	return res
+	return out, nil
 }
 
 // getReferenced returns the tenant's row id of kind k.

@@ -20,10 +20,13 @@ import (
 // quiet service adds no latency; a busy one writes in batches as large as
 // its concurrency.
 //
-// The run function receives the batch and returns one Result per call, in
-// order. It decides what a failed batch means for its calls: the statement
-// is all or nothing, so a constraint one call breaks fails the others,
-// which the run function then re-runs one by one (Isolate).
+// The run function runs the batch as one statement and returns one output
+// per call, in order, or the statement's error. The statement is all or
+// nothing, so the Batcher decides what a failure means for each call
+// (isolate): a lost connection fails every call as of unknown outcome;
+// any other error (a constraint one call broke, a deadlock between
+// batches) re-runs each call alone, so that only the calls it concerns
+// fail.
 //
 // A call's context bounds its wait: a caller whose context ends returns
 // ctx.Err() at once; if its call was already sent it may still be applied,
@@ -31,7 +34,7 @@ import (
 // runs under a context that ends when every caller of the batch has given
 // up (and carries the values of the first caller's context).
 type Batcher[In, Out any] struct {
-	run         func(ctx context.Context, in []In) []Result[Out]
+	run         func(ctx context.Context, in []In) ([]Out, error)
 	keys        func(In) []string
 	maxSize     int
 	maxInFlight int
@@ -42,12 +45,6 @@ type Batcher[In, Out any] struct {
 	leaders map[*leader]struct{}
 
 	batches, calls atomic.Int64
-}
-
-// Result is the outcome of one call of a batch.
-type Result[Out any] struct {
-	Out Out
-	Err error
 }
 
 // BatchConfig shapes a Batcher.
@@ -74,13 +71,14 @@ type BatchConfig[In any] struct {
 type call[In, Out any] struct {
 	ctx  context.Context
 	in   In
-	res  Result[Out]
-	done chan struct{}
+	out  Out
+	err  error
+	done chan struct{} // closed when out and err are set
 }
 
 // NewBatcher returns a Batcher that runs its batches with run. The db sizes
 // MaxInFlight's default from its pool.
-func NewBatcher[In, Out any](db *DB, cfg BatchConfig[In], run func(ctx context.Context, in []In) []Result[Out]) *Batcher[In, Out] {
+func NewBatcher[In, Out any](db *DB, cfg BatchConfig[In], run func(ctx context.Context, in []In) ([]Out, error)) *Batcher[In, Out] {
 	if cfg.MaxSize <= 0 {
 		cfg.MaxSize = 64
 	}
@@ -130,7 +128,7 @@ func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	if led {
 		select {
 		case <-c.done:
-			return c.res.Out, c.res.Err
+			return c.out, c.err
 		case <-ctx.Done():
 			return zero, ctx.Err()
 		}
@@ -142,7 +140,7 @@ func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	for {
 		select {
 		case <-c.done:
-			return c.res.Out, c.res.Err
+			return c.out, c.err
 		case <-ctx.Done():
 			return zero, ctx.Err()
 		case <-t.C:
@@ -296,52 +294,57 @@ func (b *Batcher[In, Out]) exec(batch []*call[In, Out]) {
 			}
 		})
 	}
-	res := b.runSafely(ctx, in)
+	outs, errs := b.isolate(ctx, in)
 	for i, c := range batch {
 		stops[i]()
-		c.res = res[i]
+		c.out, c.err = outs[i], errs[i]
 		close(c.done)
 	}
 }
 
+// isolate runs in as one statement and returns each call's outcome. When
+// the statement fails: a lost connection (IsConnectionError), a batch whose
+// callers all gave up, or a batch of one fail every call with the error,
+// marked UnknownOutcome when the connection was lost (the statement may
+// have committed); any other error re-runs each call alone, so that a
+// constraint one call breaks fails that call only.
+func (b *Batcher[In, Out]) isolate(ctx context.Context, in []In) ([]Out, []error) {
+	errs := make([]error, len(in))
+	outs, err := b.runSafely(ctx, in)
+	if err == nil {
+		return outs, errs
+	}
+	outs = make([]Out, len(in))
+	if len(in) == 1 || IsConnectionError(err) || ctx.Err() != nil {
+		for i := range errs {
+			errs[i] = UnknownOutcome(err)
+		}
+		return outs, errs
+	}
+	for i := range in {
+		one, err := b.runSafely(ctx, in[i:i+1])
+		if err != nil {
+			errs[i] = UnknownOutcome(err)
+			continue
+		}
+		outs[i] = one[0]
+	}
+	return outs, errs
+}
+
 // runSafely calls run, turning a panic or a result of the wrong length into
-// an error for every call rather than callers that wait forever.
-func (b *Batcher[In, Out]) runSafely(ctx context.Context, in []In) (res []Result[Out]) {
+// an error rather than callers that wait forever.
+func (b *Batcher[In, Out]) runSafely(ctx context.Context, in []In) (outs []Out, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			res = failAll[Out](len(in), fmt.Errorf("database: batch: panic: %v", r))
+			outs, err = nil, fmt.Errorf("database: batch: panic: %v", r)
 		}
 	}()
-	res = b.run(ctx, in)
-	if len(res) != len(in) {
-		return failAll[Out](len(in), fmt.Errorf("database: batch: %d results for %d calls", len(res), len(in)))
+	outs, err = b.run(ctx, in)
+	if err == nil && len(outs) != len(in) {
+		return nil, fmt.Errorf("database: batch: %d results for %d calls", len(outs), len(in))
 	}
-	return res
-}
-
-func failAll[Out any](n int, err error) []Result[Out] {
-	res := make([]Result[Out], n)
-	for i := range res {
-		res[i].Err = err
-	}
-	return res
-}
-
-// Isolate is what a run function does when its batch statement failed
-// with err: a lost connection (IsConnectionError) fails every call with
-// err, marked UnknownOutcome (the statement may have committed); any other
-// error (a constraint one call broke, a deadlock between batches) re-runs
-// each call alone with one, so that it fails only the calls it concerns.
-// A batch of one returns err.
-func Isolate[In, Out any](ctx context.Context, in []In, err error, one func(ctx context.Context, in []In) []Result[Out]) []Result[Out] {
-	if len(in) == 1 || IsConnectionError(err) {
-		return failAll[Out](len(in), UnknownOutcome(err))
-	}
-	res := make([]Result[Out], len(in))
-	for i := range in {
-		res[i] = one(ctx, in[i:i+1])[0]
-	}
-	return res
+	return outs, err
 }
 
 // BatchStats returns the counts of each of the pool's Batchers, by name.

@@ -40,7 +40,9 @@ func newGate() *gate {
 	return &gate{release: make(chan struct{}), started: make(chan int, 1000)}
 }
 
-func (g *gate) run(ctx context.Context, in []int) []database.Result[string] {
+// run fails a batch holding a negative number (as a constraint would); the
+// Batcher then runs each of its calls alone.
+func (g *gate) run(ctx context.Context, in []int) ([]string, error) {
 	g.mu.Lock()
 	g.batches = append(g.batches, slices.Clone(in))
 	g.running++
@@ -51,15 +53,14 @@ func (g *gate) run(ctx context.Context, in []int) []database.Result[string] {
 	g.mu.Lock()
 	g.running--
 	g.mu.Unlock()
-	res := make([]database.Result[string], len(in))
+	out := make([]string, len(in))
 	for i, v := range in {
 		if v < 0 {
-			res[i].Err = fmt.Errorf("negative %d", v)
-			continue
+			return nil, fmt.Errorf("negative %d", v)
 		}
-		res[i].Out = fmt.Sprintf("out-%d", v)
+		out[i] = fmt.Sprintf("out-%d", v)
 	}
-	return res
+	return out, nil
 }
 
 // waitFor polls cond (the Batcher's state changes in other goroutines).
@@ -91,7 +92,8 @@ func doAll(ctx context.Context, b *database.Batcher[int, string], ins []int, res
 
 // TestBatcherGroupsCallsThatArriveWhileABatchRuns: the first call runs
 // alone at once; the calls that arrive while it runs wait and then go as one
-// batch; every caller gets its own result, errors included.
+// batch; every caller gets its own result, and a call that fails the batch
+// (-3) fails alone: the others are re-run one by one and succeed.
 func TestBatcherGroupsCallsThatArriveWhileABatchRuns(t *testing.T) {
 	t.Parallel()
 	g := newGate()
@@ -225,11 +227,11 @@ func TestBatcherCallerGivesUp(t *testing.T) {
 	t.Parallel()
 	statementDone := make(chan struct{})
 	started := make(chan []int, 10)
-	run := func(ctx context.Context, in []int) []database.Result[string] {
+	run := func(ctx context.Context, in []int) ([]string, error) {
 		started <- in
 		<-ctx.Done()
 		close(statementDone)
-		return make([]database.Result[string], len(in))
+		return nil, ctx.Err()
 	}
 	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, run)
 	first, cancelFirst := context.WithCancel(context.Background())
@@ -270,15 +272,15 @@ func TestBatcherCallerGivesUp(t *testing.T) {
 func TestBatcherStalledBatchDoesNotHoldUpTheOthers(t *testing.T) {
 	t.Parallel()
 	stuck := make(chan struct{})
-	run := func(ctx context.Context, in []int) []database.Result[string] {
+	run := func(ctx context.Context, in []int) ([]string, error) {
 		if slices.Contains(in, 0) {
 			<-stuck
 		}
-		res := make([]database.Result[string], len(in))
+		out := make([]string, len(in))
 		for i, v := range in {
-			res[i].Out = fmt.Sprint(v)
+			out[i] = fmt.Sprint(v)
 		}
-		return res
+		return out, nil
 	}
 	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: 5 * time.Millisecond, MaxInFlight: 2}, run)
 	ctx := context.Background()
@@ -310,11 +312,11 @@ func TestBatcherStalledBatchDoesNotHoldUpTheOthers(t *testing.T) {
 // with an error instead of leaving them waiting; the Batcher goes on.
 func TestBatcherRunPanics(t *testing.T) {
 	t.Parallel()
-	run := func(ctx context.Context, in []int) []database.Result[string] {
+	run := func(ctx context.Context, in []int) ([]string, error) {
 		if in[0] == 1 {
 			panic("boom")
 		}
-		return make([]database.Result[string], len(in))
+		return make([]string, len(in)), nil
 	}
 	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, run)
 	if _, err := b.Do(context.Background(), 1); err == nil {
@@ -325,41 +327,71 @@ func TestBatcherRunPanics(t *testing.T) {
 	}
 }
 
-// TestIsolate: a lost connection fails every call, marked as of unknown
-// outcome; any other error re-runs each call alone.
-func TestIsolate(t *testing.T) {
+// TestBatcherFailedStatement: a statement that fails because the
+// connection was lost fails every call of the batch, marked as of unknown
+// outcome, without running them again; any other failure runs each call
+// alone, so that only the call that caused it fails.
+func TestBatcherFailedStatement(t *testing.T) {
 	t.Parallel()
-	var alone [][]int
-	one := func(_ context.Context, in []int) []database.Result[string] {
-		alone = append(alone, in)
-		if in[0] == 2 {
-			return []database.Result[string]{{Err: errors.New("constraint of 2")}}
-		}
-		return []database.Result[string]{{Out: fmt.Sprint(in[0])}}
-	}
-	ctx := context.Background()
-
-	res := database.Isolate(ctx, []int{1, 2, 3}, io.ErrUnexpectedEOF, one)
-	for i, r := range res {
-		if !errors.Is(r.Err, database.ErrCommitOutcomeUnknown) {
-			t.Errorf("connection lost, call %d: %v, want ErrCommitOutcomeUnknown", i, r.Err)
-		}
-	}
-	if alone != nil {
-		t.Errorf("connection lost: re-ran %v", alone)
-	}
-
-	res = database.Isolate(ctx, []int{1, 2, 3}, errors.New("constraint of 2"), one)
-	if res[0].Out != "1" || res[0].Err != nil || res[1].Err == nil || res[2].Out != "3" || res[2].Err != nil {
-		t.Errorf("constraint: got %+v", res)
-	}
-	if len(alone) != 3 {
-		t.Errorf("constraint: re-ran %v, want each call alone", alone)
-	}
-
-	alone = nil
-	err := errors.New("constraint of 1")
-	if res := database.Isolate(ctx, []int{1}, err, one); res[0].Err != err || alone != nil {
-		t.Errorf("a batch of one: %+v (re-ran %v), want its error as is", res, alone)
+	for _, tc := range []struct {
+		name     string
+		batchErr error
+		wantRuns int // statements: the held one, the batch, then the calls alone
+	}{
+		{"connection lost", io.ErrUnexpectedEOF, 2},
+		{"constraint", errors.New("constraint of 2"), 2 + 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			var mu sync.Mutex
+			var runs [][]int
+			run := func(_ context.Context, in []int) ([]string, error) {
+				mu.Lock()
+				runs = append(runs, slices.Clone(in))
+				mu.Unlock()
+				switch {
+				case in[0] == 0:
+					<-release // the held batch
+				case len(in) > 1:
+					return nil, tc.batchErr
+				case in[0] == 2:
+					return nil, errors.New("constraint of 2")
+				}
+				out := make([]string, len(in))
+				for i, v := range in {
+					out[i] = fmt.Sprint(v)
+				}
+				return out, nil
+			}
+			b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, run)
+			results := make(chan outcome, 10)
+			doAll(context.Background(), b, []int{0}, results)
+			waitFor(t, "the held batch runs", func() bool { return b.Stats().Batches == 1 })
+			doAll(context.Background(), b, []int{1, 2, 3}, results)
+			waitFor(t, "3 calls wait", func() bool { return b.Stats().Waiting == 3 })
+			close(release)
+			for range 4 {
+				o := <-results
+				switch {
+				case o.in == 0:
+				case errors.Is(tc.batchErr, io.ErrUnexpectedEOF):
+					if !errors.Is(o.err, database.ErrCommitOutcomeUnknown) {
+						t.Errorf("call %d: %v, want ErrCommitOutcomeUnknown", o.in, o.err)
+					}
+				case o.in == 2:
+					if o.err == nil || o.err.Error() != "constraint of 2" {
+						t.Errorf("call 2: %v, want its constraint error", o.err)
+					}
+				case o.err != nil || o.out != fmt.Sprint(o.in):
+					t.Errorf("call %d: %q %v, want success", o.in, o.out, o.err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(runs) != tc.wantRuns {
+				t.Errorf("statements run: %v, want %d", runs, tc.wantRuns)
+			}
+		})
 	}
 }

@@ -191,32 +191,29 @@ func insertLocks(ctx context.Context, q database.Querier, in []newLock) ([]strin
 	keys := make(pq.StringArray, len(in))
 	rules := make(pq.StringArray, len(in))
 	tenants := make(pq.StringArray, len(in))
+	index := make(map[newLock]int, len(in)) // by key and tenant (rules blank)
 	for i, l := range in {
 		keys[i], rules[i], tenants[i] = l.key, l.rules, l.tenant
+		index[newLock{key: l.key, tenant: l.tenant}] = i
 	}
-	var created []struct {
-		Key    string `db:"key"`
-		ID     string `db:"id"`
-		Tenant string `db:"tenant"`
-	}
-	var err error
-	if db, ok := q.(*database.DB); ok {
-		err = db.SelectPrepared(ctx, &created, insertLocksSQL, keys, rules, tenants)
-	} else {
-		err = q.SelectContext(ctx, &created, insertLocksSQL, keys, rules, tenants)
-	}
-	if err != nil {
+	var created []newLockRow
+	if err := selectRows(ctx, q, &created, insertLocksSQL, keys, rules, tenants); err != nil {
 		return nil, err
 	}
 	ids := make([]string, len(in))
 	for _, c := range created {
-		for i, l := range in {
-			if l.key == c.Key && l.tenant == c.Tenant {
-				ids[i] = c.ID
-			}
+		if i, ok := index[newLock{key: c.Key, tenant: c.Tenant}]; ok {
+			ids[i] = c.ID
 		}
 	}
 	return ids, nil
+}
+
+// newLockRow is a row insertLocksSQL returns.
+type newLockRow struct {
+	Key    string `db:"key"`
+	ID     string `db:"id"`
+	Tenant string `db:"tenant"`
 }
 
 // insertLock creates one lock as insertLocks does: through the pool's
@@ -235,26 +232,11 @@ func insertLock(ctx context.Context, q database.Querier, l newLock) (string, err
 	b := database.BatcherFor(db, "locks.insertLocks", func() *database.Batcher[newLock, string] {
 		return database.NewBatcher(db, database.BatchConfig[newLock]{
 			Keys: func(l newLock) []string { return []string{l.key} },
-		}, func(ctx context.Context, in []newLock) []database.Result[string] {
-			return runInsertLocks(ctx, db, in)
+		}, func(ctx context.Context, in []newLock) ([]string, error) {
+			return insertLocks(ctx, db, in)
 		})
 	})
 	return b.Do(ctx, l)
-}
-
-// runInsertLocks is the pool Batcher's run function.
-func runInsertLocks(ctx context.Context, db *database.DB, in []newLock) []database.Result[string] {
-	ids, err := insertLocks(ctx, db, in)
-	if err != nil {
-		return database.Isolate(ctx, in, err, func(ctx context.Context, one []newLock) []database.Result[string] {
-			return runInsertLocks(ctx, db, one)
-		})
-	}
-	res := make([]database.Result[string], len(in))
-	for i := range ids {
-		res[i].Out = ids[i]
-	}
-	return res
 }
 
 // ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
@@ -377,6 +359,14 @@ func get(ctx context.Context, q database.Querier, dest any, query string, args .
 		return db.GetPrepared(ctx, dest, query, args...)
 	}
 	return q.GetContext(ctx, dest, query, args...)
+}
+
+// selectRows is get for a query of many rows.
+func selectRows(ctx context.Context, q database.Querier, dest any, query string, args ...any) error {
+	if db, ok := q.(*database.DB); ok {
+		return db.SelectPrepared(ctx, dest, query, args...)
+	}
+	return q.SelectContext(ctx, dest, query, args...)
 }
 
 func mapAcquireError(err error) error {
