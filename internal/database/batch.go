@@ -57,9 +57,10 @@ type BatchConfig[In any] struct {
 	// no batch has started for StallAfter while calls wait (lead).
 	MaxInFlight int
 	// StallAfter is how long a running batch may hold up the calls
-	// waiting behind it before another batch starts beside it (default
-	// DefaultBatchStallAfter, or the pool's SetBatchStallAfter): a batch waiting for a row another transaction holds must not
-	// stall every other call.
+	// waiting behind it before another batch starts beside it (default:
+	// the pool's SetBatchStallAfter, else DefaultBatchStallAfter): a batch
+	// waiting for a row another transaction holds must not stall every
+	// other call.
 	StallAfter time.Duration
 	// Keys, when set, names what a call writes that no other call of the
 	// same batch may write too (a unique key): a call whose key is already
