@@ -3,6 +3,8 @@ package locks_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,5 +191,54 @@ func TestStalledAcquireDoesNotHoldUpOthers(t *testing.T) {
 	}
 	if err := <-stuck; err != nil {
 		t.Fatalf("the stuck acquire, once released: %v", err)
+	}
+}
+
+// TestBatchStatementsDoNotDeadlock: two batched inserts of the same keys in
+// opposite orders, at the same time, each in its own transaction, never
+// deadlock: the statement inserts in key order, so the second waits for the
+// first's keys in that order. (Inserted in the order given, the two would
+// each hold a key the other wants.)
+func TestBatchStatementsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	const rounds, n = 10, 400
+	for r := range rounds {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("github.com/acme/round-%d-%03d", r, i)
+		}
+		reversed := slices.Clone(keys)
+		slices.Reverse(reversed)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		created := make([]int, 2)
+		start := make(chan struct{})
+		for g, ks := range [][]string{keys, reversed} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ids, err := locks.InsertLocks(ctx, db, alice.ID, "2", ks)
+				errs[g] = err
+				for _, id := range ids {
+					if id != "" {
+						created[g]++
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for g, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, statement %d: %v", r, g, err)
+			}
+		}
+		if created[0]+created[1] != n {
+			t.Fatalf("round %d: created %d + %d locks, want %d in all", r, created[0], created[1], n)
+		}
 	}
 }
