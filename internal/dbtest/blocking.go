@@ -40,7 +40,7 @@ func BeginWithPID(t testing.TB, db *database.DB) (database.Tx, int) {
 // block: the test fails at once.
 func WaitUntilBlocked(t testing.TB, db *database.DB, pid int, finished func() bool) {
 	t.Helper()
-	for i := 0; ; i++ {
+	poll(t, fmt.Sprintf("backend %d blocks on a lock", pid), func() bool {
 		if finished() {
 			t.Fatalf("backend %d finished without blocking on a lock", pid)
 		}
@@ -49,13 +49,21 @@ func WaitUntilBlocked(t testing.TB, db *database.DB, pid int, finished func() bo
 			`SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, pid); err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
-			return
+		return waiting
+	})
+}
+
+// poll waits until cond holds, checking every few milliseconds; the test
+// fails if it does not within 30 s (a deadline for hangs, not a timing
+// assumption).
+func poll(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
 		}
-		if i > 6000 {
-			t.Fatalf("backend %d never blocked on a lock", pid)
-		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -65,13 +73,7 @@ func WaitUntilBlocked(t testing.TB, db *database.DB, pid int, finished func() bo
 // polls; there is no timing assumption beyond the 30 s deadline.
 func WaitForBatcher(t testing.TB, db *database.DB, name string, what string, cond func(database.BatchStats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond(db.BatchStats()[name]) {
-		if time.Now().After(deadline) {
-			t.Fatalf("batcher %s: timed out waiting until %s (stats %+v)", name, what, db.BatchStats()[name])
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll(t, "batcher "+name+": "+what, func() bool { return cond(db.BatchStats()[name]) })
 }
 
 // WaitUntilBlockedAny waits until some backend of db's database other than
@@ -79,22 +81,15 @@ func WaitForBatcher(t testing.TB, db *database.DB, name string, what string, con
 // does not expose its connection (a Batcher's).
 func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll(t, "a backend blocks on a lock", func() bool {
 		var n int
 		if err := db.GetContext(context.Background(), &n, `
 			SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`, holder); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no backend blocked on a lock within 30 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n > 0
+	})
 }
 
 // QueueBehindHeldBatch holds a batch of db's Batcher named batcher in
