@@ -41,7 +41,11 @@ func runClean(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	c, err := newCollector(db, logger, reg, gc.Retention{})
+	svc, err := loadServices(ctx, db)
+	if err != nil {
+		return err
+	}
+	c, err := newCollector(db, svc, logger, reg, gc.Retention{})
 	if err != nil {
 		return err
 	}

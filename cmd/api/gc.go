@@ -16,7 +16,6 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/repostate"
-	"github.com/repolock/repolock/internal/tenants"
 )
 
 // gcRunFlags are the parameters of a collection: api gc's --batch-size and
@@ -126,7 +125,11 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	c, err := newCollector(db, logger, reg, ret)
+	svc, err := loadServices(ctx, db)
+	if err != nil {
+		return err
+	}
+	c, err := newCollector(db, svc, logger, reg, ret)
 	if err != nil {
 		return err
 	}
@@ -138,7 +141,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 // newCollector builds the process's one gc.Collector: metrics on reg, and
 // the repostate Cleaner as its cleaning step, retiring the repositories of
 // deleted tenants (tenants.Exists).
-func newCollector(db *database.DB, logger *slog.Logger, reg prometheus.Registerer, ret gc.Retention) (*gc.Collector, error) {
+func newCollector(db *database.DB, svc *services, logger *slog.Logger, reg prometheus.Registerer, ret gc.Retention) (*gc.Collector, error) {
 	m, err := gc.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -146,10 +149,10 @@ func newCollector(db *database.DB, logger *slog.Logger, reg prometheus.Registere
 	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{
 		Logger: logger,
 		TenantExists: func(ctx context.Context, id string) (bool, error) {
-			return tenants.Exists(ctx, db, id)
+			return svc.tenants.Exists(ctx, id)
 		},
 	})
-	return gc.New(db, gc.Config{Logger: logger, Metrics: m, Cleaner: cleaner, Retention: ret}), nil
+	return gc.New(db, svc.locks, gc.Config{Logger: logger, Metrics: m, Cleaner: cleaner, Retention: ret}), nil
 }
 
 // reportRun prints the run and turns its outcome into the exit status: 0

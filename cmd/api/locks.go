@@ -7,10 +7,6 @@ import (
 	"time"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/locks"
-	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/rekey"
-	"github.com/repolock/repolock/internal/tenants"
 )
 
 // runLocks is the operators' view of ownership locks.
@@ -36,14 +32,14 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer db.Close()
+	svc, err := loadServices(ctx, db)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	switch pos[0] {
 	case "owner":
-		n, err := rekey.Load(ctx, db) // the deployment's configured aliases
-		if err != nil {
-			return err
-		}
-		ctx := normalize.NewContext(ctx, n)
+		n := svc.locks.Rules() // with the deployment's configured aliases
 		fmt.Fprintln(tw, "NORMALIZED URL\tOWNER\tLOCK\tAPPLICATIONS\tCREDENTIALS\tSINCE")
 		failed := 0
 		for i, raw := range pos[1:] {
@@ -53,7 +49,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 				fmt.Fprintf(e.stderr, "api locks owner: argument %d: %v\n", i+1, err)
 				continue
 			}
-			o, err := locks.OwnerOf(ctx, db, string(key))
+			o, err := svc.locks.OwnerOf(ctx, key)
 			if repolock.IsCode(err, repolock.ENotFound) {
 				failed++
 				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", key)
@@ -71,13 +67,13 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			return &exitError{code: 1, err: fmt.Errorf("%d of %d URLs are free or invalid", failed, len(pos)-1)}
 		}
 	case "list":
-		u, err := tenants.GetByName(ctx, db, pos[1])
+		u, err := svc.tenants.GetByName(ctx, pos[1])
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(tw, "LOCK\tNORMALIZED URL\tAPPLICATIONS\tCREDENTIALS\tSINCE")
 		for token := ""; ; {
-			page, next, err := locks.List(ctx, db, u.ID, 500, token)
+			page, next, err := svc.locks.List(ctx, u.ID, 500, token)
 			if err != nil {
 				return err
 			}

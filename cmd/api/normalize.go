@@ -13,7 +13,11 @@ import (
 func runNormalize(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "normalize", "URL...",
 		fmt.Sprintf("Prints the normalized lock key of each URL, one per line (rules version %d).\n"+
+			"With a database (DATABASE_URL or --database-url) it keys under the deployment's configured\n"+
+			"aliases, as the server does; without one, under the built-in rules only, and says so on stderr.\n"+
 			"Exits 1 when any URL is invalid, naming its position and the reason on stderr.", normalize.Version))
+	var common commonFlags
+	common.register(fs, e)
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -22,9 +26,13 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
+	n, err := normalizer(ctx, e, &common)
+	if err != nil {
+		return err
+	}
 	failed := 0
 	for i, raw := range pos {
-		key, err := normalize.RepoURL(raw)
+		key, err := n.RepoURL(raw)
 		if err != nil {
 			failed++
 			fmt.Fprintf(e.stderr, "api normalize: argument %d: %v\n", i+1, err)
@@ -36,4 +44,28 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 		return &exitError{code: 1, err: fmt.Errorf("%d of %d URLs are invalid", failed, len(pos))}
 	}
 	return nil
+}
+
+// normalizer returns the rules `api normalize` keys under: the deployment's
+// (the built-in rules plus the stored aliases, as the server keys) when a
+// database is configured, else the built-in rules, with a note on stderr
+// that configured aliases were not applied.
+func normalizer(ctx context.Context, e *env, common *commonFlags) (*normalize.Normalizer, error) {
+	if common.databaseURL == "" {
+		common.databaseURL = e.getenv("DATABASE_URL")
+	}
+	if common.databaseURL == "" {
+		fmt.Fprintln(e.stderr, "api normalize: no database (DATABASE_URL or --database-url): keyed under the built-in rules only; configured aliases are not applied")
+		return normalize.Default(), nil
+	}
+	db, err := common.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	svc, err := loadServices(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return svc.locks.Rules(), nil
 }

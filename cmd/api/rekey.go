@@ -43,11 +43,11 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer db.Close()
-	n, err := rekey.Load(ctx, db)
+	svc, err := loadServices(ctx, db)
 	if err != nil {
 		return err
 	}
-	rep, err := rekey.Run(ctx, db, n, rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger})
+	rep, err := svc.rekey.Run(ctx, svc.locks.Rules(), rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -87,21 +87,25 @@ func runAlias(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer db.Close()
+	svc, err := loadServices(ctx, db)
+	if err != nil {
+		return err
+	}
 	switch pos[0] {
 	case "add":
-		a, err := rekey.AddAlias(ctx, db, pos[1], pos[2])
+		a, err := svc.rekey.AddAlias(ctx, pos[1], pos[2])
 		if err != nil {
 			return cliError(err)
 		}
 		fmt.Fprintf(e.stdout, "%s -> %s\n", a.From, a.To)
 		fmt.Fprintln(e.stderr, "keys change: run `api rekey` once the servers have reloaded the aliases (ALIAS_REFRESH)")
 	case "remove":
-		if err := rekey.RemoveAlias(ctx, db, pos[1]); err != nil {
+		if err := svc.rekey.RemoveAlias(ctx, pos[1]); err != nil {
 			return cliError(err)
 		}
 		fmt.Fprintln(e.stderr, "keys change: run `api rekey` once the servers have reloaded the aliases (ALIAS_REFRESH)")
 	case "list":
-		as, err := rekey.ListAliases(ctx, db)
+		as, err := svc.rekey.ListAliases(ctx)
 		if err != nil {
 			return err
 		}

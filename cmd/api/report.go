@@ -45,7 +45,7 @@ func runReport(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer db.Close()
-	rows, err := reports.Open(ctx, db, pos[0], *limit)
+	rows, err := reports.New(db).Open(ctx, pos[0], *limit)
 	if err != nil {
 		return err
 	}

@@ -99,10 +99,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	aliasCtx, stopAliases := context.WithCancel(ctx)
 	defer stopAliases()
 	go aliases.Run(aliasCtx, *aliasRefresh)
-	collector, err := newCollector(db, logger, reg, ret)
-	if err != nil {
-		return err
-	}
 	// The token listener holds a session (LISTEN): behind a transaction-
 	// pooling PgBouncer it needs the direct connection, MIGRATE_DATABASE_URL.
 	listenURL := dbURL
@@ -111,11 +107,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	tokens := pool.cache(listenURL, logger)
 	defer tokens.Close()
+	svc := newServices(db, aliases, tokens, reportsDB)
+	collector, err := newCollector(db, svc, logger, reg, ret)
+	if err != nil {
+		return err
+	}
 	ready := &readiness{}
 	ready.set(errors.New("the database has not answered yet"))
 	sync := syncstate.New(db, syncstate.Options{Logger: logger})
 	srv, err := httpapi.New(httpapi.Config{
-		Normalizers:    aliases,
 		DB:             db,
 		Logger:         logger,
 		AdminToken:     *adminToken,
@@ -126,15 +126,20 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:           sync,
 		GC:             collector,
-		ReportsDB:      reportsDB,
-		Tokens:         tokens,
+		Tenants:        svc.tenants,
+		Locks:          svc.locks,
+		Apps:           svc.apps,
+		Rekey:          svc.rekey,
+		Aliases:        svc.aliases,
+		Reports:        svc.reports,
 		Ready:          ready.get,
 	})
 	if err != nil {
 		return err
 	}
 	// The operator console under /ui/ (docs/console.md).
-	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken, Collector: collector, Sync: sync, ReportsDB: reportsDB})
+	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken, Collector: collector, Sync: sync, ReportsDB: reportsDB,
+		Tenants: svc.tenants, Locks: svc.locks, Apps: svc.apps})
 	if err != nil {
 		return err
 	}

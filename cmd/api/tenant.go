@@ -7,8 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/repolock/repolock/internal/apps"
-	"github.com/repolock/repolock/internal/tenants"
 )
 
 func runTenant(ctx context.Context, e *env, args []string) error {
@@ -45,16 +43,20 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer db.Close()
+	svc, err := loadServices(ctx, db)
+	if err != nil {
+		return err
+	}
 	switch action {
 	case "create":
-		u, token, err := tenants.Create(ctx, db, rest[0], *display)
+		u, token, err := svc.tenants.Create(ctx, rest[0], *display)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stderr, "created user %s (%s); its token is shown only this once:\n", u.Name, u.ID)
 		fmt.Fprintln(e.stdout, token)
 	case "list":
-		us, err := tenants.List(ctx, db)
+		us, err := svc.tenants.List(ctx)
 		if err != nil {
 			return err
 		}
@@ -65,19 +67,19 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 		}
 		return tw.Flush()
 	case "token":
-		token, err := tenants.IssueToken(ctx, db, rest[0])
+		token, err := svc.tenants.IssueToken(ctx, rest[0])
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(e.stdout, token)
 	case "revoke":
-		n, err := tenants.RevokeTokens(ctx, db, rest[0])
+		n, err := svc.tenants.RevokeTokens(ctx, rest[0])
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "revoked %d token(s) of %s\n", n, rest[0])
 	case "delete":
-		d, err := apps.DeleteTenant(ctx, db, rest[0])
+		d, err := svc.apps.DeleteTenant(ctx, rest[0])
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,7 @@
 // exactly one reference row, to T's lock on K; a lock exists only while
 // something references it.
 //
-//   - Create acquires the lock (locks.AcquireRepositoryCredentialURL) and
+//   - Create acquires the lock (locks.Service.AcquireTx) and
 //     writes the row and its reference.
 //   - Update that changes the repository acquires the new lock, moves the
 //     reference and releases the old lock if nothing else uses it.
@@ -33,7 +33,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/pagetoken"
@@ -217,24 +216,24 @@ func (a Application) fields() fields {
 // A URL nobody holds is acquired and the application written in a single
 // statement. Otherwise (the tenant already owns the URL, another tenant does,
 // or the fast path lost a race) one transaction acquires the lock with
-// locks.AcquireRepositoryCredentialURL and writes the row and its reference.
-func CreateApplication(ctx context.Context, db *database.DB, tenantID string, in NewApplication) (_ Application, err error) {
+// locks.Service.AcquireTx and writes the row and its reference.
+func (s *Service) CreateApplication(ctx context.Context, tenantID string, in NewApplication) (_ Application, err error) {
 	defer repolock.WrapOp(&err, "apps.CreateApplication")
-	return createReferenced[Application](ctx, db, applicationRefs, tenantID,
+	return createReferenced(ctx, s, applicationRefs, s.createApplication, tenantID,
 		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Path, &in.TargetRevision}})
 }
 
 // GetApplication returns the tenant's application id.
-func GetApplication(ctx context.Context, q database.Querier, tenantID, id string) (_ Application, err error) {
+func (s *Service) GetApplication(ctx context.Context, tenantID, id string) (_ Application, err error) {
 	defer repolock.WrapOp(&err, "apps.GetApplication")
-	return getReferenced[Application](ctx, q, applicationRefs, tenantID, id)
+	return getReferenced[Application](ctx, s.db, applicationRefs, tenantID, id)
 }
 
 // ListApplications returns one page of the tenant's applications in creation
 // order and the token of the next page ("" after the last).
-func ListApplications(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Application, _ string, err error) {
+func (s *Service) ListApplications(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []Application, _ string, err error) {
 	defer repolock.WrapOp(&err, "apps.ListApplications")
-	return listReferenced[Application](ctx, q, applicationRefs, tenantID, pageSize, pageToken)
+	return listReferenced[Application](ctx, s.db, applicationRefs, tenantID, pageSize, pageToken)
 }
 
 // UpdateApplication changes the fields of the patch that are not nil. A new
@@ -242,15 +241,15 @@ func ListApplications(ctx context.Context, q database.Querier, tenantID string, 
 // on it (acquiring it, or failing with repository_claimed) and releases the
 // old lock if nothing else references it. A patch that changes nothing
 // returns the application unchanged.
-func UpdateApplication(ctx context.Context, db *database.DB, tenantID, id string, p ApplicationPatch) (_ Application, err error) {
+func (s *Service) UpdateApplication(ctx context.Context, tenantID, id string, p ApplicationPatch) (_ Application, err error) {
 	defer repolock.WrapOp(&err, "apps.UpdateApplication")
-	return updateReferenced[Application](ctx, db, applicationRefs, tenantID, id,
+	return updateReferenced[Application](ctx, s, applicationRefs, tenantID, id,
 		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Path, p.TargetRevision}})
 }
 
 // DeleteApplication deletes the tenant's application id and releases its
 // lock if it was the last reference, in one transaction.
-func DeleteApplication(ctx context.Context, db *database.DB, tenantID, id string) (err error) {
+func (s *Service) DeleteApplication(ctx context.Context, tenantID, id string) (err error) {
 	defer repolock.WrapOp(&err, "apps.DeleteApplication")
-	return deleteReferencing(ctx, db, applicationRefs, tenantID, id)
+	return s.deleteReferencing(ctx, applicationRefs, tenantID, id)
 }

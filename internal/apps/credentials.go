@@ -7,7 +7,6 @@ import (
 	"unicode"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/pagetoken"
@@ -222,36 +221,36 @@ func (c RepositoryCredential) fields() fields {
 // CreateRepositoryCredential creates a credential of the tenant and
 // references the tenant's lock on its repository, acquiring it if needed,
 // with the same fast path as CreateApplication.
-func CreateRepositoryCredential(ctx context.Context, db *database.DB, tenantID string, in NewRepositoryCredential) (_ RepositoryCredential, err error) {
+func (s *Service) CreateRepositoryCredential(ctx context.Context, tenantID string, in NewRepositoryCredential) (_ RepositoryCredential, err error) {
 	defer repolock.WrapOp(&err, "apps.CreateRepositoryCredential")
-	return createReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID,
+	return createReferenced(ctx, s, credentialRefs, s.createCredential, tenantID,
 		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Username, &in.SecretRef}})
 }
 
 // GetRepositoryCredential returns the tenant's credential id.
-func GetRepositoryCredential(ctx context.Context, q database.Querier, tenantID, id string) (_ RepositoryCredential, err error) {
+func (s *Service) GetRepositoryCredential(ctx context.Context, tenantID, id string) (_ RepositoryCredential, err error) {
 	defer repolock.WrapOp(&err, "apps.GetRepositoryCredential")
-	return getReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, id)
+	return getReferenced[RepositoryCredential](ctx, s.db, credentialRefs, tenantID, id)
 }
 
 // ListRepositoryCredentials returns one page of the tenant's credentials in
 // creation order and the token of the next page ("" after the last).
-func ListRepositoryCredentials(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []RepositoryCredential, _ string, err error) {
+func (s *Service) ListRepositoryCredentials(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []RepositoryCredential, _ string, err error) {
 	defer repolock.WrapOp(&err, "apps.ListRepositoryCredentials")
-	return listReferenced[RepositoryCredential](ctx, q, credentialRefs, tenantID, pageSize, pageToken)
+	return listReferenced[RepositoryCredential](ctx, s.db, credentialRefs, tenantID, pageSize, pageToken)
 }
 
 // UpdateRepositoryCredential changes the fields of the patch that are not
 // nil, moving the credential's lock as UpdateApplication does.
-func UpdateRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string, p RepositoryCredentialPatch) (_ RepositoryCredential, err error) {
+func (s *Service) UpdateRepositoryCredential(ctx context.Context, tenantID, id string, p RepositoryCredentialPatch) (_ RepositoryCredential, err error) {
 	defer repolock.WrapOp(&err, "apps.UpdateRepositoryCredential")
-	return updateReferenced[RepositoryCredential](ctx, db, credentialRefs, tenantID, id,
+	return updateReferenced[RepositoryCredential](ctx, s, credentialRefs, tenantID, id,
 		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Username, p.SecretRef}})
 }
 
 // DeleteRepositoryCredential deletes the tenant's credential id and releases
 // its lock if it was the last reference, in one transaction.
-func DeleteRepositoryCredential(ctx context.Context, db *database.DB, tenantID, id string) (err error) {
+func (s *Service) DeleteRepositoryCredential(ctx context.Context, tenantID, id string) (err error) {
 	defer repolock.WrapOp(&err, "apps.DeleteRepositoryCredential")
-	return deleteReferencing(ctx, db, credentialRefs, tenantID, id)
+	return s.deleteReferencing(ctx, credentialRefs, tenantID, id)
 }

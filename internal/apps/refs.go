@@ -23,7 +23,8 @@ type refs struct {
 	noun     string // in not_found messages: "application"
 	what     string // in already_exists messages: "an application"
 	pageKind string // the page-token kind of the kind's lists
-	// repoURL checks a repo_url and returns its key and the URL to store.
+	// repoURL checks a repo_url and returns its key (under n) and the URL
+	// to store.
 	repoURL func(n *normalize.Normalizer, raw string) (normalize.Key, string, error)
 	// extra are the kind's own text columns, in the order they are checked
 	// and stored (after normalized_url).
@@ -96,16 +97,15 @@ type change struct {
 }
 
 // validate checks the fields c sets, in order, and returns the key (under
-// the normalizer of ctx, with the deployment's aliases) and the URL to store
-// of its repo_url.
-func (k *refs) validate(ctx context.Context, c change) (key normalize.Key, stored string, err error) {
+// n, the deployment's rules) and the URL to store of its repo_url.
+func (k *refs) validate(n *normalize.Normalizer, c change) (key normalize.Key, stored string, err error) {
 	if c.name != nil {
 		if err := ValidateName(*c.name); err != nil {
 			return "", "", err
 		}
 	}
 	if c.repoURL != nil {
-		if key, stored, err = k.repoURL(normalize.FromContext(ctx), *c.repoURL); err != nil {
+		if key, stored, err = k.repoURL(n, *c.repoURL); err != nil {
 			return "", "", err
 		}
 	}
@@ -121,8 +121,8 @@ func (k *refs) validate(ctx context.Context, c change) (key normalize.Key, store
 
 // acquire acquires key for the tenant in tx. claimedBy is the owner's name
 // when another tenant holds it.
-func acquire(ctx context.Context, tx database.Tx, tenantID string, key normalize.Key) (lockID, claimedBy string, err error) {
-	acq, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+func (s *Service) acquire(ctx context.Context, tx database.Tx, n *normalize.Normalizer, tenantID string, key normalize.Key) (lockID, claimedBy string, err error) {
+	acq, err := s.locks.AcquireTx(ctx, tx, n, tenantID, key)
 	if err != nil {
 		return "", "", err
 	}
@@ -148,27 +148,28 @@ func mapWriteError(err error, what, name string) error {
 // A URL nobody holds is acquired and the row written in a single prepared
 // statement. Otherwise (the tenant already owns the URL, another tenant does,
 // or the fast path lost a race) one transaction acquires the lock with
-// locks.AcquireRepositoryCredentialURL and writes the row and its reference.
-func createReferenced[T row](ctx context.Context, db *database.DB, k *refs, tenantID string, c change) (T, error) {
+// locks.Service.AcquireTx and writes the row and its reference.
+func createReferenced[T row](ctx context.Context, s *Service, k *refs, fast *database.Batcher[newRow, createdRow[T]], tenantID string, c change) (T, error) {
 	var zero, r T
-	key, stored, err := k.validate(ctx, c)
+	n := s.locks.Rules()
+	key, stored, err := k.validate(n, c)
 	if err != nil {
 		return zero, err
 	}
 	name, x0, x1 := *c.name, *c.extra[0], *c.extra[1]
-	r, created, err := createWithNewLock[T](ctx, db, k, newRow{
-		key: string(key), rules: locks.RuleSet(normalize.FromContext(ctx)), tenant: tenantID,
+	created, err := fast.Do(ctx, newRow{
+		key: string(key), rules: locks.RuleSet(n), tenant: tenantID,
 		name: name, repoURL: stored, x0: x0, x1: x1,
 	})
 	if err != nil {
 		return zero, mapWriteError(err, k.what, name)
 	}
-	if created {
-		return r, nil
+	if created.ok {
+		return created.row, nil
 	}
 	var claimedBy string
-	err = db.WithTx(ctx, func(tx database.Tx) error {
-		lockID, owner, err := acquire(ctx, tx, tenantID, key)
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
+		lockID, owner, err := s.acquire(ctx, tx, n, tenantID, key)
 		if err != nil {
 			return err
 		}
@@ -212,18 +213,15 @@ type createdRow[T row] struct {
 	ok  bool
 }
 
-// createWithNewLock runs the fast path of one create through the pool's
-// Batcher for kind k: creates running at once share one statement and one
-// commit.
-func createWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, r newRow) (T, bool, error) {
-	b := database.BatcherFor(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), func() *database.Batcher[newRow, createdRow[T]] {
+// newCreateBatcher returns the Batcher of kind k's fast path: creates
+// running at once share one statement (createWithNewLock) and one commit.
+func newCreateBatcher[T row](db *database.DB, k *refs) *database.Batcher[newRow, createdRow[T]] {
+	return database.BatcherFor(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), func() *database.Batcher[newRow, createdRow[T]] {
 		return database.NewBatcher(db, database.BatchConfig[newRow]{Keys: newRowKeys},
 			func(ctx context.Context, in []newRow) ([]createdRow[T], error) {
 				return createBatch[T](ctx, db, k, in)
 			})
 	})
-	c, err := b.Do(ctx, r)
-	return c.row, c.ok, err
 }
 
 // createBatch runs createWithNewLock's statement for a batch of creates
@@ -293,12 +291,13 @@ func listReferenced[T row](ctx context.Context, q database.Querier, k *refs, ten
 // on it (acquiring it, or failing with repository_claimed) and releases the
 // old lock if nothing else references it. A change that changes nothing
 // returns the row unchanged.
-func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tenantID, id string, c change) (T, error) {
+func updateReferenced[T row](ctx context.Context, s *Service, k *refs, tenantID, id string, c change) (T, error) {
 	var zero T
 	if !validID(id) {
 		return zero, k.notFound(id)
 	}
-	key, stored, err := k.validate(ctx, c)
+	n := s.locks.Rules()
+	key, stored, err := k.validate(n, c)
 	if err != nil {
 		return zero, err
 	}
@@ -306,7 +305,7 @@ func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 		r         T
 		claimedBy string
 	)
-	err = db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		claimedBy = ""
 		// Lock the row and then, in a new statement (so with a snapshot
 		// taken after any concurrent change to it committed), read it with
@@ -333,7 +332,7 @@ func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 			return nil
 		}
 		if next.normalizedURL != was.normalizedURL {
-			lockID, owner, err := acquire(ctx, tx, tenantID, normalize.Key(next.normalizedURL))
+			lockID, owner, err := s.acquire(ctx, tx, n, tenantID, normalize.Key(next.normalizedURL))
 			if err != nil {
 				return err
 			}
@@ -348,7 +347,7 @@ func updateReferenced[T row](ctx context.Context, db *database.DB, k *refs, tena
 			return mapWriteError(err, k.what, next.name)
 		}
 		if next.lockID != was.lockID {
-			return moveReference(ctx, tx, k, id, was.lockID, next.lockID)
+			return s.moveReference(ctx, tx, k, id, was.lockID, next.lockID)
 		}
 		return nil
 	})
@@ -380,7 +379,7 @@ func lockRow(ctx context.Context, tx database.Tx, k *refs, tenantID, id string) 
 // moveReference points row id's reference at newLock (creating the
 // reference if it was missing) and releases oldLock if nothing else uses it.
 // The caller holds the row lock and FOR KEY SHARE on newLock (from Acquire).
-func moveReference(ctx context.Context, tx database.Tx, k *refs, id, oldLock, newLock string) error {
+func (s *Service) moveReference(ctx context.Context, tx database.Tx, k *refs, id, oldLock, newLock string) error {
 	_, err := tx.ExecContext(ctx, k.sql.setRef, id, newLock)
 	if err != nil {
 		return database.MapError(err)
@@ -388,7 +387,7 @@ func moveReference(ctx context.Context, tx database.Tx, k *refs, id, oldLock, ne
 	if oldLock == "" {
 		return nil
 	}
-	_, err = locks.Release(ctx, tx, oldLock)
+	_, err = s.locks.Release(ctx, tx, oldLock)
 	return err
 }
 
@@ -396,11 +395,11 @@ func moveReference(ctx context.Context, tx database.Tx, k *refs, id, oldLock, ne
 // releases the lock if that was its last reference, in one transaction. The
 // row lock is taken first, so the reference read afterwards is the current
 // one even if a concurrent update just moved it.
-func deleteReferencing(ctx context.Context, db *database.DB, k *refs, tenantID, id string) error {
+func (s *Service) deleteReferencing(ctx context.Context, k *refs, tenantID, id string) error {
 	if !validID(id) {
 		return k.notFound(id)
 	}
-	return db.WithTx(ctx, func(tx database.Tx) error {
+	return s.db.WithTx(ctx, func(tx database.Tx) error {
 		if err := lockRow(ctx, tx, k, tenantID, id); err != nil {
 			return err
 		}
@@ -410,7 +409,7 @@ func deleteReferencing(ctx context.Context, db *database.DB, k *refs, tenantID, 
 			return database.MapError(err)
 		}
 		for _, lockID := range lockIDs {
-			if _, err := locks.Release(ctx, tx, lockID); err != nil {
+			if _, err := s.locks.Release(ctx, tx, lockID); err != nil {
 				return err
 			}
 		}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
-	"github.com/repolock/repolock/internal/locks"
 )
 
 // TenantDeletion is what deleting a tenant removed.
@@ -24,10 +23,10 @@ type TenantDeletion struct {
 // are already writing finish before (their rows are then deleted too), and
 // later ones fail when their foreign key finds the tenant gone. Other
 // tenants waiting for one of its URLs get it as soon as this commits.
-func DeleteTenant(ctx context.Context, db *database.DB, name string) (_ TenantDeletion, err error) {
+func (s *Service) DeleteTenant(ctx context.Context, name string) (_ TenantDeletion, err error) {
 	defer repolock.WrapOp(&err, "apps.DeleteTenant")
 	var d TenantDeletion
-	err = db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		d = TenantDeletion{Tenant: name}
 		var id string
 		err := tx.GetContext(ctx, &id, `SELECT id FROM cluster_users WHERE name = $1 FOR UPDATE`, name)
@@ -52,7 +51,7 @@ func DeleteTenant(ctx context.Context, db *database.DB, name string) (_ TenantDe
 		if d.RepositoryCredentials, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		d.LocksReleased, err = locks.ReleaseAllForTenant(ctx, tx, id, name)
+		d.LocksReleased, err = s.locks.ReleaseAllForTenant(ctx, tx, id, name)
 		if err != nil {
 			return err
 		}

@@ -27,9 +27,12 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // Prefix is where the console is mounted.
@@ -57,6 +60,12 @@ type Config struct {
 	Collector *gc.Collector
 	// Sync is the sync-state store the Sync page reads. Required.
 	Sync *syncstate.Store
+	// Tenants, Locks and Apps are the services the console acts through,
+	// the same ones the HTTP API serves (the console keys URLs under
+	// Locks.Rules(), as the API does). Required.
+	Tenants *tenants.Service
+	Locks   *locks.Service
+	Apps    *apps.Service
 	// ReportsDB, when set, is a read replica (REPORTS_DATABASE_URL) the
 	// read-only statistics read from: the dashboard's counts and charts and
 	// the lock event log (and its CSV). Everything an operator acts on
@@ -99,8 +108,8 @@ func New(cfg Config) (*Console, error) {
 	if cfg.AdminToken == "" {
 		return nil, errors.New("console: Config.AdminToken is required")
 	}
-	if cfg.Collector == nil || cfg.Sync == nil {
-		return nil, errors.New("console: Config.Collector and Config.Sync are required")
+	if cfg.Collector == nil || cfg.Sync == nil || cfg.Tenants == nil || cfg.Locks == nil || cfg.Apps == nil {
+		return nil, errors.New("console: Config.Collector, Config.Sync, Config.Tenants, Config.Locks and Config.Apps are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

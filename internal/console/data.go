@@ -32,13 +32,17 @@ import (
 // data adapts the domain packages to what the pages show.
 type data struct {
 	db        *database.DB
+	tenants   *tenants.Service
+	locks     *locks.Service
+	apps      *apps.Service
 	reportsDB *database.DB // Config.ReportsDB, or db
 	collector *gc.Collector
 	sync      *syncstate.Store
 }
 
 func newData(cfg Config) *data {
-	d := &data{db: cfg.DB, reportsDB: cfg.ReportsDB, collector: cfg.Collector, sync: cfg.Sync}
+	d := &data{db: cfg.DB, tenants: cfg.Tenants, locks: cfg.Locks, apps: cfg.Apps,
+		reportsDB: cfg.ReportsDB, collector: cfg.Collector, sync: cfg.Sync}
 	if d.reportsDB == nil {
 		d.reportsDB = cfg.DB
 	}
@@ -50,7 +54,7 @@ func newData(cfg Config) *data {
 // tenantToken reports whether token is a valid tenant token (so sign-in can
 // tell "a tenant token" from "no token at all").
 func (d *data) tenantToken(ctx context.Context, token string) bool {
-	_, err := tenants.Authenticate(ctx, d.db, token)
+	_, err := d.tenants.Authenticate(ctx, token)
 	return err == nil
 }
 
@@ -99,15 +103,19 @@ func (d *data) tenant(ctx context.Context, name string) (tenantRow, error) {
 }
 
 func (d *data) createTenant(ctx context.Context, name, displayName string) (tenants.Tenant, string, error) {
-	return tenants.Create(ctx, d.db, name, displayName)
+	return d.tenants.Create(ctx, name, displayName)
 }
 
 func (d *data) revokeTokens(ctx context.Context, name string) (int64, error) {
-	return tenants.RevokeTokens(ctx, d.db, name)
+	return d.tenants.RevokeTokens(ctx, name)
 }
 
 func (d *data) deleteTenant(ctx context.Context, name string) (apps.TenantDeletion, error) {
-	return apps.DeleteTenant(ctx, d.db, name)
+	d2, err := d.apps.DeleteTenant(ctx, name)
+	if err == nil {
+		d.tenants.Flush()
+	}
+	return d2, err
 }
 
 // ---- overview ----
@@ -157,7 +165,7 @@ func (d *data) eventsPerHour(ctx context.Context, events []string, since time.Ti
 
 // lastRun is the newest recorded GC run, or nil.
 func (d *data) lastRun(ctx context.Context) (*gc.Run, error) {
-	runs, _, err := gc.ListRuns(ctx, d.db, 1, "")
+	runs, _, err := d.collector.ListRuns(ctx, 1, "")
 	if err != nil || len(runs) == 0 {
 		return nil, err
 	}
@@ -166,18 +174,16 @@ func (d *data) lastRun(ctx context.Context) (*gc.Run, error) {
 
 // ---- ownership ----
 
-// normalizeURL is the API's normalization: the lock key of any spelling.
-func normalizeURL(raw string) (string, error) {
-	k, err := normalize.RepoURL(raw)
-	if err != nil {
-		return "", err
-	}
-	return k.String(), nil
+// normalizeURL is the API's normalization: the lock key of any spelling,
+// under the rules the locks check keys under (with the deployment's
+// aliases).
+func (d *data) normalizeURL(raw string) (normalize.Key, error) {
+	return d.locks.Rules().RepoURL(raw)
 }
 
 // owner returns the lock on key, or nil when the URL is free.
-func (d *data) owner(ctx context.Context, key string) (*locks.Owner, error) {
-	o, err := locks.OwnerOf(ctx, d.db, key)
+func (d *data) owner(ctx context.Context, key normalize.Key) (*locks.Owner, error) {
+	o, err := d.locks.OwnerOf(ctx, key)
 	if repolock.IsCode(err, repolock.ENotFound) {
 		return nil, nil
 	}
@@ -377,13 +383,13 @@ func (d *data) eachEvent(ctx context.Context, f eventFilter, limit int, fn func(
 
 // tenantLocks is a page of a tenant's locks (the API's own listing).
 func (d *data) tenantLocks(ctx context.Context, tenantID string, size int, token string) ([]locks.Lock, string, error) {
-	return locks.List(ctx, d.db, tenantID, size, token)
+	return d.locks.List(ctx, tenantID, size, token)
 }
 
 // ---- GC ----
 
 func (d *data) gcRuns(ctx context.Context, size int, token string) ([]gc.Run, string, error) {
-	return gc.ListRuns(ctx, d.db, size, token)
+	return d.collector.ListRuns(ctx, size, token)
 }
 
 // collect runs the GC (or a dry run) exactly as POST /v1/admin/gc does.
@@ -432,7 +438,7 @@ func (d *data) syncHosts(ctx context.Context, afterTenant, afterHost string, siz
 // needsIndex is a page of a host's repositories that need a re-index, with
 // the reason (the API's own needs-index listing).
 func (d *data) needsIndex(ctx context.Context, tenant, host string, size int, token string) ([]syncstate.Repository, string, error) {
-	u, err := tenants.GetByName(ctx, d.db, tenant)
+	u, err := d.tenants.GetByName(ctx, tenant)
 	if err != nil {
 		return nil, "", err
 	}

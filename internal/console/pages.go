@@ -153,14 +153,14 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 	page := view{Title: "Ownership", Nav: "ownership", Body: &v}
 	switch {
 	case v.URL != "":
-		key, err := normalizeURL(v.URL)
+		key, err := c.data.normalizeURL(v.URL)
 		if err != nil {
 			msg, _ := userMessage(err)
 			page.Error = msg
 			c.render(w, r, http.StatusBadRequest, "ownership", s, page)
 			return
 		}
-		v.Key = key
+		v.Key = key.String()
 		if v.Owner, err = c.data.owner(ctx, key); err != nil {
 			c.fail(w, r, s, err)
 			return
@@ -178,7 +178,7 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 			c.fail(w, r, s, err)
 			return
 		}
-		evs, more, err := c.data.events(ctx, eventFilter{URL: key, Before: before}, size)
+		evs, more, err := c.data.events(ctx, eventFilter{URL: key.String(), Before: before}, size)
 		if err != nil {
 			c.fail(w, r, s, err)
 			return
@@ -254,11 +254,11 @@ func (c *Console) denialFilter(r *http.Request) (denialsView, eventFilter, error
 	}
 	f := eventFilter{Event: locks.EventDenied, Requester: v.Requester, Owner: v.Owner}
 	if v.URL != "" {
-		key, err := normalizeURL(v.URL)
+		key, err := c.data.normalizeURL(v.URL)
 		if err != nil {
 			return v, f, err
 		}
-		v.Key, f.URL = key, key
+		v.Key, f.URL = key.String(), key.String()
 	}
 	if v.Since != "" {
 		d, ok := sinceOptions[v.Since]

@@ -158,7 +158,7 @@ func (c *Collector) collectPass(ctx context.Context, query string, full bool, op
 			}
 			var err error
 			if full {
-				if flagged, err = locks.FlagCandidates(ctx, tx, b.Unreferenced); err != nil {
+				if flagged, err = c.locks.FlagCandidates(ctx, tx, b.Unreferenced); err != nil {
 					return fmt.Errorf("flag candidates: %w", err)
 				}
 			}
@@ -166,12 +166,12 @@ func (c *Collector) collectPass(ctx context.Context, query string, full bool, op
 			// fresh snapshot, that nothing references each lock (a
 			// reference committed after the scan but before the row lock
 			// is seen there) and records the collected events.
-			if deleted, err = locks.DeleteUnreferenced(ctx, tx, b.Doomed); err != nil {
+			if deleted, err = c.locks.DeleteUnreferenced(ctx, tx, b.Doomed); err != nil {
 				return fmt.Errorf("delete batch: %w", err)
 			}
 			// The doomed locks still here were referenced by the delete's
 			// snapshot; with the kept ones, they lose their flag.
-			if cleared, err = locks.ClearCandidates(ctx, tx, append(append([]string{}, b.Doomed...), b.Kept...)); err != nil {
+			if cleared, err = c.locks.ClearCandidates(ctx, tx, append(append([]string{}, b.Doomed...), b.Kept...)); err != nil {
 				return fmt.Errorf("clear candidates: %w", err)
 			}
 			return nil
@@ -221,7 +221,7 @@ func (c *Collector) collectOneByOne(ctx context.Context, ids []string, log *slog
 			if len(locked) == 0 {
 				return nil // referenced or locked by now
 			}
-			n, err := locks.DeleteUnreferenced(ctx, tx, locked)
+			n, err := c.locks.DeleteUnreferenced(ctx, tx, locked)
 			if err != nil {
 				return fmt.Errorf("delete lock: %w", err)
 			}

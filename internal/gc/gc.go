@@ -20,7 +20,7 @@
 //
 //   - Insert. A lock is inserted flagged (the column's default is true),
 //     except by the statements that insert it together with its reference
-//     (locks.NewLockCTE, used by internal/apps' one-statement creates): the
+//     (locks.NewLocksCTE, used by internal/apps' one-statement creates): the
 //     bare acquire, Acquire's own insert and re-keying's insert flag it.
 //   - A reference goes away: DELETE (the API, CLI, a cascade from an
 //     application, a credential or a tenant, an operator's SQL), an UPDATE
@@ -121,6 +121,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/repostate"
 )
 
@@ -313,6 +314,7 @@ type Config struct {
 // are skipped.
 type Collector struct {
 	db        *database.DB
+	locks     *locks.Service
 	logger    *slog.Logger
 	metrics   *Metrics
 	cleaner   Cleaner
@@ -322,8 +324,12 @@ type Collector struct {
 	retention Retention
 }
 
-// New returns a Collector on db.
-func New(db *database.DB, cfg Config) *Collector {
+// New returns a Collector on db that deletes locks through locks. Both are
+// required: a missing one is a wiring error and panics at start-up.
+func New(db *database.DB, locks *locks.Service, cfg Config) *Collector {
+	if db == nil || locks == nil {
+		panic("gc.New: a pool and the locks service are required")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -335,6 +341,7 @@ func New(db *database.DB, cfg Config) *Collector {
 	}
 	return &Collector{
 		db:        db,
+		locks:     locks,
 		logger:    cfg.Logger,
 		metrics:   cfg.Metrics,
 		cleaner:   cfg.Cleaner,

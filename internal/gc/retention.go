@@ -7,7 +7,6 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
-	"github.com/repolock/repolock/internal/locks"
 )
 
 // Retention defaults: lock events are kept 90 days; GC runs are kept when
@@ -69,7 +68,7 @@ func (c *Collector) enforceRetention(ctx context.Context, batch int, log *slog.L
 			var n int64
 			err := c.db.WithTx(ctx, func(tx database.Tx) error {
 				var err error
-				n, err = locks.DeleteOldEvents(ctx, tx, ret.Events, batch)
+				n, err = c.locks.DeleteOldEvents(ctx, tx, ret.Events, batch)
 				return err
 			})
 			if err != nil {

@@ -145,21 +145,21 @@ const runColumns = `
 // ListRuns returns recorded runs, newest first, limit at a time. pageToken
 // is empty for the first page and the returned next token for the others;
 // the next token is empty on the last page.
-func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken string) (_ []Run, _ string, err error) {
+func (c *Collector) ListRuns(ctx context.Context, limit int, pageToken string) (_ []Run, _ string, err error) {
 	defer repolock.WrapOp(&err, "gc.ListRuns")
 	if limit < 1 {
 		return nil, "", repolock.Errorf(repolock.EInvalid, "limit must be positive")
 	}
 	var rows []runRow
 	if pageToken == "" {
-		err = q.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
+		err = c.db.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
 			ORDER BY started_at DESC, id DESC LIMIT $1`, limit+1)
 	} else {
 		after, _, perr := pagetoken.Decode[pagetoken.TimeID](pagetoken.KindGCRuns, "", pageToken)
 		if perr != nil {
 			return nil, "", perr
 		}
-		err = q.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
+		err = c.db.SelectContext(ctx, &rows, `SELECT `+runColumns+` FROM gc_runs
 			WHERE (started_at, id) < ($1, $2)
 			ORDER BY started_at DESC, id DESC LIMIT $3`, after.CreatedAt, after.ID, limit+1)
 	}
@@ -180,13 +180,13 @@ func ListRuns(ctx context.Context, q database.Querier, limit int, pageToken stri
 }
 
 // GetRun returns one recorded run.
-func GetRun(ctx context.Context, q database.Querier, id string) (_ Run, err error) {
+func (c *Collector) GetRun(ctx context.Context, id string) (_ Run, err error) {
 	defer repolock.WrapOp(&err, "gc.GetRun")
 	if !isUUID(id) {
 		return Run{}, repolock.Errorf(repolock.ENotFound, "gc run %s not found", id)
 	}
 	var rr runRow
-	err = q.GetContext(ctx, &rr, `SELECT `+runColumns+` FROM gc_runs WHERE id = $1`, id)
+	err = c.db.GetContext(ctx, &rr, `SELECT `+runColumns+` FROM gc_runs WHERE id = $1`, id)
 	if database.IsNoRows(err) {
 		return Run{}, repolock.Errorf(repolock.ENotFound, "gc run %s not found", id)
 	}

@@ -52,7 +52,7 @@ func (s *Server) createApplication(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	app, err := apps.CreateApplication(c.Request().Context(), s.DB, Tenant(c).ID, apps.NewApplication{
+	app, err := s.cfg.Apps.CreateApplication(c.Request().Context(), Tenant(c).ID, apps.NewApplication{
 		Name: deref(req.Name), RepoURL: deref(req.RepoURL), Path: deref(req.Path), TargetRevision: deref(req.TargetRevision),
 	})
 	if err != nil {
@@ -66,7 +66,7 @@ func (s *Server) listApplications(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	items, next, err := apps.ListApplications(c.Request().Context(), s.DB, Tenant(c).ID, p.Size, p.Token)
+	items, next, err := s.cfg.Apps.ListApplications(c.Request().Context(), Tenant(c).ID, p.Size, p.Token)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (s *Server) listApplications(c echo.Context) error {
 }
 
 func (s *Server) getApplication(c echo.Context) error {
-	app, err := apps.GetApplication(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id"))
+	app, err := s.cfg.Apps.GetApplication(c.Request().Context(), Tenant(c).ID, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (s *Server) updateApplication(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	app, err := apps.UpdateApplication(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id"), apps.ApplicationPatch{
+	app, err := s.cfg.Apps.UpdateApplication(c.Request().Context(), Tenant(c).ID, c.Param("id"), apps.ApplicationPatch{
 		Name: req.Name, RepoURL: req.RepoURL, Path: req.Path, TargetRevision: req.TargetRevision,
 	})
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *Server) updateApplication(c echo.Context) error {
 }
 
 func (s *Server) deleteApplication(c echo.Context) error {
-	if err := apps.DeleteApplication(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id")); err != nil {
+	if err := s.cfg.Apps.DeleteApplication(c.Request().Context(), Tenant(c).ID, c.Param("id")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -147,7 +147,7 @@ func (s *Server) createCredential(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cred, err := apps.CreateRepositoryCredential(c.Request().Context(), s.DB, Tenant(c).ID, apps.NewRepositoryCredential{
+	cred, err := s.cfg.Apps.CreateRepositoryCredential(c.Request().Context(), Tenant(c).ID, apps.NewRepositoryCredential{
 		Name: deref(req.Name), RepoURL: deref(req.RepoURL), Username: deref(req.Username), SecretRef: deref(req.SecretRef),
 	})
 	if err != nil {
@@ -161,7 +161,7 @@ func (s *Server) listCredentials(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	items, next, err := apps.ListRepositoryCredentials(c.Request().Context(), s.DB, Tenant(c).ID, p.Size, p.Token)
+	items, next, err := s.cfg.Apps.ListRepositoryCredentials(c.Request().Context(), Tenant(c).ID, p.Size, p.Token)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s *Server) listCredentials(c echo.Context) error {
 }
 
 func (s *Server) getCredential(c echo.Context) error {
-	cred, err := apps.GetRepositoryCredential(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id"))
+	cred, err := s.cfg.Apps.GetRepositoryCredential(c.Request().Context(), Tenant(c).ID, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (s *Server) updateCredential(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cred, err := apps.UpdateRepositoryCredential(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id"), apps.RepositoryCredentialPatch{
+	cred, err := s.cfg.Apps.UpdateRepositoryCredential(c.Request().Context(), Tenant(c).ID, c.Param("id"), apps.RepositoryCredentialPatch{
 		Name: req.Name, RepoURL: req.RepoURL, Username: req.Username, SecretRef: req.SecretRef,
 	})
 	if err != nil {
@@ -191,7 +191,7 @@ func (s *Server) updateCredential(c echo.Context) error {
 }
 
 func (s *Server) deleteCredential(c echo.Context) error {
-	if err := apps.DeleteRepositoryCredential(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id")); err != nil {
+	if err := s.cfg.Apps.DeleteRepositoryCredential(c.Request().Context(), Tenant(c).ID, c.Param("id")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -200,11 +200,11 @@ func (s *Server) deleteCredential(c echo.Context) error {
 // deleteTenant is DELETE /v1/admin/users/:name: the tenant, its applications,
 // credentials and tokens go, and its locks are released, atomically.
 func (s *Server) deleteTenant(c echo.Context) error {
-	d, err := apps.DeleteTenant(c.Request().Context(), s.DB, c.Param("name"))
+	d, err := s.cfg.Apps.DeleteTenant(c.Request().Context(), c.Param("name"))
 	if err != nil {
 		return err
 	}
-	s.cfg.Tokens.Flush() // at once here; other processes through the notification
+	s.cfg.Tenants.Flush() // at once here; other processes through the notification
 	s.Logger.InfoContext(c.Request().Context(), "tenant deleted", "user", d.Tenant,
 		"applications", d.Applications, "repository_credentials", d.RepositoryCredentials, "locks_released", d.LocksReleased)
 	return c.JSON(http.StatusOK, d)

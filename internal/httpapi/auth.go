@@ -47,7 +47,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return repolock.Errorf(repolock.EForbidden, "the admin token cannot act as a tenant; use a tenant token")
 		}
-		u, err := s.cfg.Tokens.Authenticate(c.Request().Context(), s.DB, token)
+		u, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		if err != nil {
 			return err
 		}
@@ -70,7 +70,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		if _, err := s.cfg.Tokens.Authenticate(c.Request().Context(), s.DB, token); err == nil {
+		if _, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token); err == nil {
 			return repolock.Errorf(repolock.EForbidden, "admin routes need the admin token")
 		}
 		return repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
@@ -87,7 +87,7 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		u, err := s.cfg.Tokens.Authenticate(c.Request().Context(), s.DB, token)
+		u, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		if err != nil {
 			return err
 		}

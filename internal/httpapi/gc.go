@@ -67,7 +67,7 @@ func (h *gcHandlers) listRuns(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	runs, next, err := gc.ListRuns(c.Request().Context(), h.s.DB, p.Size, p.Token)
+	runs, next, err := h.s.cfg.GC.ListRuns(c.Request().Context(), p.Size, p.Token)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (h *gcHandlers) listRuns(c echo.Context) error {
 }
 
 func (h *gcHandlers) getRun(c echo.Context) error {
-	run, err := gc.GetRun(c.Request().Context(), h.s.DB, c.Param("id"))
+	run, err := h.s.cfg.GC.GetRun(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}

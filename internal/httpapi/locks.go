@@ -7,7 +7,6 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/locks"
-	"github.com/repolock/repolock/internal/normalize"
 )
 
 // registerLocksRoutes registers the tenant's view of its locks and the bare
@@ -23,7 +22,7 @@ func (s *Server) listLocks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	items, next, err := locks.List(c.Request().Context(), s.DB, Tenant(c).ID, p.Size, p.Token)
+	items, next, err := s.cfg.Locks.List(c.Request().Context(), Tenant(c).ID, p.Size, p.Token)
 	if err != nil {
 		return err
 	}
@@ -31,7 +30,7 @@ func (s *Server) listLocks(c echo.Context) error {
 }
 
 func (s *Server) getLock(c echo.Context) error {
-	l, err := locks.Get(c.Request().Context(), s.DB, Tenant(c).ID, c.Param("id"))
+	l, err := s.cfg.Locks.Get(c.Request().Context(), Tenant(c).ID, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -48,7 +47,7 @@ type acquireResponse struct {
 	NormalizedURL string `json:"normalized_url"`
 }
 
-// acquireLock is the bare AcquireRepositoryCredentialURL: 200 with the lock,
+// acquireLock is the bare acquire (locks.Service.Acquire): 200 with the lock,
 // or 409 repository_claimed naming the owner. The lock it creates has no
 // references; the global GC collects it once it is older than its grace
 // period unless an Application or Credential starts using it.
@@ -57,11 +56,12 @@ func (s *Server) acquireLock(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	key, err := normalize.FromContext(c.Request().Context()).RepoURL(req.RepoURL)
+	n := s.cfg.Locks.Rules()
+	key, err := n.RepoURL(req.RepoURL)
 	if err != nil {
 		return repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}
-	acq, err := locks.AcquireRepositoryCredentialURL(c.Request().Context(), s.DB, Tenant(c).ID, string(key))
+	acq, err := s.cfg.Locks.Acquire(c.Request().Context(), n, Tenant(c).ID, key)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,6 @@ func (s *Server) middlewares() []echo.MiddlewareFunc {
 		s.limitBody,
 		s.timeout,
 		s.checkParams,
-		s.withNormalizer,
 	}
 }
 

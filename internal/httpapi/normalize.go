@@ -27,7 +27,7 @@ func (s *Server) normalizeURL(c echo.Context) error {
 	if !ok || len(raw) != 1 {
 		return repolock.Errorf(repolock.EInvalid, "exactly one url query parameter is required")
 	}
-	n := normalize.FromContext(c.Request().Context())
+	n := s.cfg.Locks.Rules()
 	key, err := n.RepoURL(raw[0])
 	if err != nil {
 		return err

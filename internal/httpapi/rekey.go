@@ -8,29 +8,13 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/rekey"
 )
 
-// Normalizers is where the server gets the normalizer that keys URLs: the
-// built-in rules plus the deployment's configured aliases
-// (*rekey.Source). Refresh reloads after an alias change made through the
-// API.
-type Normalizers interface {
-	Current() *normalize.Normalizer
+// Refresher is the rules source the server's Locks keys under, which the
+// alias routes refresh after a change (*rekey.Source).
+type Refresher interface {
 	Refresh(ctx context.Context) error
-}
-
-// withNormalizer puts the current normalizer into the request's context
-// (normalize.NewContext), where internal/apps and internal/locks read it.
-func (s *Server) withNormalizer(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if s.cfg.Normalizers != nil {
-			r := c.Request()
-			c.SetRequest(r.WithContext(normalize.NewContext(r.Context(), s.cfg.Normalizers.Current())))
-		}
-		return next(c)
-	}
 }
 
 // registerRekeyRoutes registers the admin routes of re-keying and aliases:
@@ -63,11 +47,11 @@ func (s *Server) rekey(c echo.Context) error {
 		opts.BatchSize = n
 	}
 	ctx := c.Request().Context()
-	n, err := rekey.Load(ctx, s.DB)
+	n, err := s.cfg.Rekey.Load(ctx)
 	if err != nil {
 		return err
 	}
-	rep, err := rekey.Run(ctx, s.DB, n, opts)
+	rep, err := s.cfg.Rekey.Run(ctx, n, opts)
 	if err != nil {
 		return err
 	}
@@ -75,7 +59,7 @@ func (s *Server) rekey(c echo.Context) error {
 }
 
 func (s *Server) listAliases(c echo.Context) error {
-	as, err := rekey.ListAliases(c.Request().Context(), s.DB)
+	as, err := s.cfg.Rekey.ListAliases(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -94,7 +78,7 @@ func (s *Server) addAlias(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	a, err := rekey.AddAlias(c.Request().Context(), s.DB, req.From, req.To)
+	a, err := s.cfg.Rekey.AddAlias(c.Request().Context(), req.From, req.To)
 	if err != nil {
 		return err
 	}
@@ -103,7 +87,7 @@ func (s *Server) addAlias(c echo.Context) error {
 }
 
 func (s *Server) removeAlias(c echo.Context) error {
-	if err := rekey.RemoveAliasByID(c.Request().Context(), s.DB, c.Param("id")); err != nil {
+	if err := s.cfg.Rekey.RemoveAliasByID(c.Request().Context(), c.Param("id")); err != nil {
 		return err
 	}
 	s.refreshNormalizers(c.Request().Context())
@@ -113,10 +97,7 @@ func (s *Server) removeAlias(c echo.Context) error {
 // refreshNormalizers makes this process key with the changed set at once
 // (other replicas follow at their next refresh).
 func (s *Server) refreshNormalizers(ctx context.Context) {
-	if s.cfg.Normalizers == nil {
-		return
-	}
-	if err := s.cfg.Normalizers.Refresh(ctx); err != nil {
+	if err := s.cfg.Aliases.Refresh(ctx); err != nil {
 		s.Logger.Warn("refreshing normalizer aliases failed", "error", err.Error())
 	}
 }

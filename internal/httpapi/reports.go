@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/reports"
 )
 
@@ -45,7 +44,7 @@ func (s *Server) getReport(c echo.Context) error {
 		limit = n
 	}
 	ctx := c.Request().Context()
-	rows, err := reports.Open(ctx, s.reportsDB(), c.Param("name"), limit)
+	rows, err := s.cfg.Reports.Open(ctx, c.Param("name"), limit)
 	if err != nil {
 		return err
 	}
@@ -68,18 +67,6 @@ func (s *Server) getReport(c echo.Context) error {
 		panic(http.ErrAbortHandler)
 	}
 	return nil
-}
-
-// reportsDB is the pool reports read from: the read replica of
-// Config.ReportsDB when there is one (reports may then be as stale as its
-// replay; docs/operations.md), else the primary. Only the reports move
-// there: the GC run records and tenant lists are read where they are
-// written, since operators act on them.
-func (s *Server) reportsDB() *database.DB {
-	if s.cfg.ReportsDB != nil {
-		return s.cfg.ReportsDB
-	}
-	return s.DB
 }
 
 // mimeJSONUTF8 is the Content-Type the report route has always answered with

@@ -116,7 +116,7 @@ func (s *Server) createTenant(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	u, token, err := tenants.Create(c.Request().Context(), s.DB, req.Name, req.DisplayName)
+	u, token, err := s.cfg.Tenants.Create(c.Request().Context(), req.Name, req.DisplayName)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func (s *Server) listTenants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	us, err := tenants.ListAfter(c.Request().Context(), s.DB, after, size+1)
+	us, err := s.cfg.Tenants.ListAfter(c.Request().Context(), after, size+1)
 	if err != nil {
 		return err
 	}
@@ -144,18 +144,15 @@ func (s *Server) listTenants(c echo.Context) error {
 }
 
 func (s *Server) revokeTokens(c echo.Context) error {
-	n, err := tenants.RevokeTokens(c.Request().Context(), s.DB, c.Param("name"))
+	n, err := s.cfg.Tenants.RevokeTokens(c.Request().Context(), c.Param("name"))
 	if err != nil {
 		return err
 	}
-	// At once in this process; the other processes hear of it through
-	// the notification of the revoking transaction.
-	s.cfg.Tokens.Flush()
 	return c.JSON(http.StatusOK, map[string]int64{"revoked": n})
 }
 
 func (s *Server) issueToken(c echo.Context) error {
-	token, err := tenants.IssueToken(c.Request().Context(), s.DB, c.Param("name"))
+	token, err := s.cfg.Tenants.IssueToken(c.Request().Context(), c.Param("name"))
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/rekey"
+	"github.com/repolock/repolock/internal/reports"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
@@ -27,8 +31,7 @@ import (
 // Config configures a Server. The caller (cmd/api) builds every service the
 // server serves and hands it over here; the server builds none itself.
 type Config struct {
-	// DB is the pool the function-style domain packages (tenants, locks,
-	// apps, reports, gc run records) run on, and what /readyz pings.
+	// DB is the pool /readyz pings. Required.
 	DB     *database.DB
 	Logger *slog.Logger
 	// AdminToken authorizes /v1/admin/... routes. Required.
@@ -51,9 +54,24 @@ type Config struct {
 	Repositories *repostate.Service
 	// Sync serves /v1/sync (internal/syncstate). Required.
 	Sync *syncstate.Store
-	// Tokens caches token -> tenant (internal/tenants.Cache). Nil: every
-	// request asks the database.
-	Tokens *tenants.Cache
+	// Tenants authenticates tokens (through its cache) and serves
+	// /v1/admin/users. Required.
+	Tenants *tenants.Service
+	// Locks serves /v1/locks and keys URLs: the HTTP API keys every URL
+	// under Locks.Rules(), the rules the locks check keys under. Required.
+	Locks *locks.Service
+	// Apps serves /v1/applications, /v1/repository-credentials and the
+	// deletion of a tenant. Required.
+	Apps *apps.Service
+	// Rekey serves /v1/admin/rekey and /v1/admin/aliases. Required.
+	Rekey *rekey.Service
+	// Aliases is the rules source Locks keys under (cmd/api: the
+	// refreshing *rekey.Source); the alias routes refresh it after a
+	// change so that this process keys with the new set at once. Required.
+	Aliases Refresher
+	// Reports serves /v1/admin/reports, on the primary or on the read
+	// replica of REPORTS_DATABASE_URL. Required.
+	Reports *reports.Service
 	// Ready reports whether the process is ready to serve API routes: nil
 	// when it is, else why not (for example: the database has not
 	// answered yet, migrations are pending). Until it returns nil every
@@ -64,13 +82,6 @@ type Config struct {
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
-	// ReportsDB, when set, is a read replica the report routes read from
-	// (REPORTS_DATABASE_URL); nil means DB. Optional.
-	ReportsDB *database.DB
-	// Normalizers gives the normalizer with the deployment's configured
-	// aliases (cmd/api: a *rekey.Source, loaded at start and refreshed).
-	// Nil: the built-in rules only.
-	Normalizers Normalizers
 }
 
 // Server is the HTTP API.
@@ -100,6 +111,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config.Registry is required")
 	case cfg.Repositories == nil || cfg.Sync == nil || cfg.GC == nil:
 		return nil, errors.New("httpapi: Config.Repositories, Config.Sync and Config.GC are required")
+	case cfg.Tenants == nil || cfg.Locks == nil || cfg.Apps == nil || cfg.Rekey == nil || cfg.Aliases == nil || cfg.Reports == nil:
+		return nil, errors.New("httpapi: Config.Tenants, Config.Locks, Config.Apps, Config.Rekey, Config.Aliases and Config.Reports are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

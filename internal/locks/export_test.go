@@ -14,5 +14,5 @@ func InsertLocks(ctx context.Context, q database.Querier, tenant, rules string, 
 	for i, k := range keys {
 		in[i] = newLock{key: k, rules: rules, tenant: tenant}
 	}
-	return insertLocks(ctx, q, in)
+	return insertLocks(ctx, inTx{q}, in)
 }

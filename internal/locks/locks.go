@@ -7,7 +7,7 @@
 //
 // Concurrency, under READ COMMITTED:
 //
-//   - AcquireRepositoryCredentialURL creates a lock with a single
+//   - Acquire (and AcquireTx) creates a lock with a single
 //     INSERT ... ON CONFLICT DO NOTHING, so two tenants racing for a new URL
 //     are decided by the unique index, never by a SELECT-then-INSERT window.
 //   - When the caller already owns the URL, Acquire takes FOR KEY SHARE on the
@@ -28,7 +28,7 @@
 // gc_candidate = true, so that the global GC (internal/gc) reads only those
 // rows. A lock is inserted as a candidate (the bare acquire's insert, and
 // the column's default) unless the same statement writes its reference
-// (NewLockCTE); a transaction that removes a reference flags the lock in
+// (NewLocksCTE); a transaction that removes a reference flags the lock in
 // the reference tables' triggers, after taking FOR NO KEY UPDATE on it; and
 // only the GC clears the flag (ClearCandidates), holding a row lock that
 // conflicts with the trigger's and taken with SKIP LOCKED, on a lock it
@@ -57,13 +57,13 @@ import (
 // Lock is a tenant's ownership lock on a normalized repository URL, with the
 // number of Applications and Repository Credentials that reference it.
 type Lock struct {
-	ID                    string    `db:"id" json:"id"`
-	NormalizedURL         string    `db:"git_repository_url" json:"normalized_url"`
-	NormalizerVersion     int       `db:"normalizer_version" json:"normalizer_version"`
-	OwnerID               string    `db:"cluster_user_id" json:"-"`
-	Applications          int       `db:"applications" json:"applications"`
-	RepositoryCredentials int       `db:"repository_credentials" json:"repository_credentials"`
-	CreatedAt             time.Time `db:"created_at" json:"created_at"`
+	ID                    string        `db:"id" json:"id"`
+	NormalizedURL         normalize.Key `db:"git_repository_url" json:"normalized_url"`
+	NormalizerVersion     int           `db:"normalizer_version" json:"normalizer_version"`
+	OwnerID               string        `db:"cluster_user_id" json:"-"`
+	Applications          int           `db:"applications" json:"applications"`
+	RepositoryCredentials int           `db:"repository_credentials" json:"repository_credentials"`
+	CreatedAt             time.Time     `db:"created_at" json:"created_at"`
 }
 
 // Event names recorded in repository_lock_events. Every statement that
@@ -97,18 +97,14 @@ func ClaimedError(owner string) error {
 	}
 }
 
-// ValidateKey checks that key is canonical under the built-in rules:
-// normalize.RepoURL(key) == key.
-func ValidateKey(key string) error { return ValidateKeyWith(normalize.Default(), key) }
-
 // ValidateKeyWith checks that key is canonical under n's rules (with its
 // configured aliases): n.RepoURL(key) == key.
-func ValidateKeyWith(n *normalize.Normalizer, key string) error {
-	k, err := n.RepoURL(key)
+func ValidateKeyWith(n *normalize.Normalizer, key normalize.Key) error {
+	k, err := n.RepoURL(string(key))
 	if err != nil {
 		return err
 	}
-	if string(k) != key {
+	if k != key {
 		return repolock.Errorf(repolock.EInvalid, "lock key is not a normalized repository URL (normalized form: %s)", k)
 	}
 	return nil
@@ -185,9 +181,9 @@ SELECT lock.git_repository_url AS key, lock.id, lock.cluster_user_id AS tenant F
 // newLock is one acquire's row of insertLocksSQL.
 type newLock struct{ key, rules, tenant string }
 
-// insertLocks runs insertLocksSQL on q for the locks in (keys distinct) and
+// insertLocks runs insertLocksSQL through q for the locks in (keys distinct) and
 // returns the id of each lock it created, "" for a key that was taken.
-func insertLocks(ctx context.Context, q database.Querier, in []newLock) ([]string, error) {
+func insertLocks(ctx context.Context, q runner, in []newLock) ([]string, error) {
 	keys := make(pq.StringArray, len(in))
 	rules := make(pq.StringArray, len(in))
 	tenants := make(pq.StringArray, len(in))
@@ -197,7 +193,7 @@ func insertLocks(ctx context.Context, q database.Querier, in []newLock) ([]strin
 		index[newLock{key: l.key, tenant: l.tenant}] = i
 	}
 	var created []newLockRow
-	if err := selectRows(ctx, q, &created, insertLocksSQL, keys, rules, tenants); err != nil {
+	if err := q.selectRows(ctx, &created, insertLocksSQL, keys, rules, tenants); err != nil {
 		return nil, err
 	}
 	ids := make([]string, len(in))
@@ -214,29 +210,6 @@ type newLockRow struct {
 	Key    string `db:"key"`
 	ID     string `db:"id"`
 	Tenant string `db:"tenant"`
-}
-
-// insertLock creates one lock as insertLocks does: through the pool's
-// Batcher on a *database.DB (concurrent acquires share one statement and
-// one commit), in q's transaction otherwise. It returns "" when the key is
-// taken.
-func insertLock(ctx context.Context, q database.Querier, l newLock) (string, error) {
-	db, ok := q.(*database.DB)
-	if !ok {
-		ids, err := insertLocks(ctx, q, []newLock{l})
-		if err != nil {
-			return "", err
-		}
-		return ids[0], nil
-	}
-	b := database.BatcherFor(db, "locks.insertLocks", func() *database.Batcher[newLock, string] {
-		return database.NewBatcher(db, database.BatchConfig[newLock]{
-			Keys: func(l newLock) []string { return []string{l.key} },
-		}, func(ctx context.Context, in []newLock) ([]string, error) {
-			return insertLocks(ctx, db, in)
-		})
-	})
-	return b.Do(ctx, l)
 }
 
 // ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
@@ -273,7 +246,7 @@ WITH owner AS (
 )
 SELECT name FROM owner`
 
-// Acquisition is the outcome of AcquireRepositoryCredentialURL.
+// Acquisition is the outcome of Acquire.
 type Acquisition struct {
 	// LockID is the lock the caller now holds ("" when not Acquired).
 	LockID string
@@ -283,9 +256,9 @@ type Acquisition struct {
 	Owner string
 }
 
-// RuleSet is the rule set n keys under, as NewLockCTE's $2 takes it and a
-// lock stores it: normalize.Version, plus ":" and n.Fingerprint() when n has
-// configured aliases ("2", "2:0123456789abcdef").
+// RuleSet is the rule set n keys under, as NewLocksCTE's rules column takes
+// it and a lock stores it: normalize.Version, plus ":" and n.Fingerprint()
+// when n has configured aliases ("2", "2:0123456789abcdef").
 func RuleSet(n *normalize.Normalizer) string {
 	if f := n.Fingerprint(); f != "" {
 		return strconv.Itoa(normalize.Version) + ":" + f
@@ -293,38 +266,54 @@ func RuleSet(n *normalize.Normalizer) string {
 	return strconv.Itoa(normalize.Version)
 }
 
-// AcquireRepositoryCredentialURL acquires the lock on the normalized
-// repository URL key for the tenant whose id is tenantID. The key is checked,
-// and a new lock's rule set recorded, under the normalizer of ctx
-// (normalize.FromContext).
+// Acquire acquires the lock on the normalized repository URL key for the
+// tenant whose id is tenantID, on the pool: an acquire that finds the URL
+// free runs as one autocommit statement, which concurrent acquires share
+// (group commit). The key is checked, and a new lock's rule set recorded,
+// under n: the rules the caller keyed the URL under, a snapshot of Rules()
+// taken once per request, so that an alias change landing mid-request
+// cannot make its key look wrong.
 //
 //   - The URL is free: a lock is created (and an "acquired" event recorded);
-//     it returns {LockID: id, Acquired: true}. This is one statement.
+//     it returns {LockID: id, Acquired: true}.
 //   - The caller already owns it: it returns {LockID: existing id,
-//     Acquired: true} and
-//     holds FOR KEY SHARE on the lock row until q's transaction ends, so a
-//     concurrent Release cannot delete it before the caller has written its
-//     reference.
+//     Acquired: true}.
 //   - Another tenant owns it: it records a "denied" event and returns
 //     {Owner: owner's name}. ClaimedError(Owner) is the error to give the
 //     caller.
 //
-// Call it in the transaction that writes the reference row: the guarantee
-// that the lock outlives the reference insert holds only until q commits.
-// The events are written through q too; a caller that wants a denial audited
-// must commit q (internal/apps does).
-func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, tenantID, key string) (_ Acquisition, err error) {
-	defer repolock.WrapOp(&err, "locks.AcquireRepositoryCredentialURL")
+// Acquire is for a lock nothing is about to reference (the bare acquire of
+// POST /v1/locks/acquire): a caller that writes a reference must call
+// AcquireTx in the transaction that writes it.
+func (s *Service) Acquire(ctx context.Context, n *normalize.Normalizer, tenantID string, key normalize.Key) (_ Acquisition, err error) {
+	defer repolock.WrapOp(&err, "locks.Acquire")
+	return s.acquire(ctx, s.pool, n, tenantID, key)
+}
+
+// AcquireTx is Acquire inside the caller's transaction tx, with one more
+// guarantee: when the caller already owns the URL it holds FOR KEY SHARE on
+// the lock row until tx ends, so a concurrent Release cannot delete it
+// before the caller has written its reference. The events are written
+// through tx too; a caller that wants a denial audited must commit tx
+// (internal/apps does).
+func (s *Service) AcquireTx(ctx context.Context, tx database.Tx, n *normalize.Normalizer, tenantID string, key normalize.Key) (_ Acquisition, err error) {
+	defer repolock.WrapOp(&err, "locks.AcquireTx")
+	return s.acquire(ctx, inTx{tx}, n, tenantID, key)
+}
+
+func (s *Service) acquire(ctx context.Context, q runner, n *normalize.Normalizer, tenantID string, key normalize.Key) (Acquisition, error) {
 	if err := validateTenantID(tenantID); err != nil {
 		return Acquisition{}, err
 	}
-	n := normalize.FromContext(ctx)
+	if n == nil {
+		return Acquisition{}, repolock.Errorf(repolock.EInternal, "acquire: no keying rules given")
+	}
 	if err := ValidateKeyWith(n, key); err != nil {
 		return Acquisition{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
 		var owner string
-		lockID, err := insertLock(ctx, q, newLock{key: key, rules: RuleSet(n), tenant: tenantID})
+		lockID, err := q.insertLock(ctx, newLock{key: string(key), rules: RuleSet(n), tenant: tenantID})
 		if err != nil {
 			return Acquisition{}, mapAcquireError(err)
 		}
@@ -333,14 +322,14 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
-		err = get(ctx, q, &lockID, ownLockSQL, key, tenantID)
+		err = q.get(ctx, &lockID, ownLockSQL, key, tenantID)
 		if err == nil {
 			return Acquisition{LockID: lockID, Acquired: true}, nil
 		}
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)
 		}
-		err = get(ctx, q, &owner, deniedSQL, key, tenantID, DenialWindow.Seconds())
+		err = q.get(ctx, &owner, deniedSQL, key, tenantID, DenialWindow.Seconds())
 		if err == nil {
 			return Acquisition{Owner: owner}, nil
 		}
@@ -350,23 +339,6 @@ func AcquireRepositoryCredentialURL(ctx context.Context, q database.Querier, ten
 	}
 	return Acquisition{}, repolock.Errorf(repolock.EConflict,
 		"the lock on %s changed hands %d times while acquiring it; try again", key, maxAcquireAttempts)
-}
-
-// get runs a one-row query: through the pool's prepared statement (one round
-// trip, cached plan) when q is the pool, through q otherwise.
-func get(ctx context.Context, q database.Querier, dest any, query string, args ...any) error {
-	if db, ok := q.(*database.DB); ok {
-		return db.GetPrepared(ctx, dest, query, args...)
-	}
-	return q.GetContext(ctx, dest, query, args...)
-}
-
-// selectRows is get for a query of many rows.
-func selectRows(ctx context.Context, q database.Querier, dest any, query string, args ...any) error {
-	if db, ok := q.(*database.DB); ok {
-		return db.SelectPrepared(ctx, dest, query, args...)
-	}
-	return q.SelectContext(ctx, dest, query, args...)
 }
 
 func mapAcquireError(err error) error {
@@ -401,30 +373,30 @@ SELECT count(*) FROM gone`
 // whether it did. A lock that does not exist (already released) is not an
 // error: it returns false.
 //
-// Call it in the transaction that removed the caller's reference (internal/apps
-// does), after removing it. It is safe against a concurrent
-// AcquireRepositoryCredentialURL by the same tenant: either the acquirer's
-// reference is committed first and the lock stays, or the lock is deleted
-// first and the acquirer creates a fresh one. Called outside a transaction it
-// is still safe (the foreign keys refuse to delete a referenced lock, which
-// it reports as false), only less precise.
-func Release(ctx context.Context, q database.Querier, lockID string) (released bool, err error) {
+// Call it in the transaction tx that removed the caller's reference
+// (internal/apps does), after removing it. It is safe against a concurrent
+// AcquireTx by the same tenant: either the acquirer's reference is committed
+// first and the lock stays, or the lock is deleted first and the acquirer
+// creates a fresh one. (The foreign keys are the backstop: they refuse to
+// delete a referenced lock, which Release reports as false.)
+func (s *Service) Release(ctx context.Context, tx database.Tx, lockID string) (released bool, err error) {
 	defer repolock.WrapOp(&err, "locks.Release")
 	if _, err := uuid.Parse(lockID); err != nil {
 		return false, repolock.Errorf(repolock.EInvalid, "lock id is not valid")
 	}
 	var id string
-	if err := q.GetContext(ctx, &id, lockForReleaseSQL, lockID); err != nil {
+	if err := tx.GetContext(ctx, &id, lockForReleaseSQL, lockID); err != nil {
 		if database.IsNoRows(err) {
 			return false, nil
 		}
 		return false, database.MapError(err)
 	}
 	var n int
-	if err := q.GetContext(ctx, &n, releaseSQL, lockID); err != nil {
+	if err := tx.GetContext(ctx, &n, releaseSQL, lockID); err != nil {
 		if database.PQCode(err) == database.CodeForeignKeyViolation {
-			// Outside a transaction a reference can appear between the two
-			// statements; the foreign key refused the delete.
+			// A reference appeared between the two statements (the
+			// caller's transaction does not hold the reference rows); the
+			// foreign key refused the delete.
 			return false, nil
 		}
 		return false, database.MapError(err)
@@ -439,13 +411,13 @@ const lockColumns = `
 
 // Get returns the tenant's lock lockID. Another tenant's lock, or a malformed
 // id, is not found.
-func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (_ Lock, err error) {
+func (s *Service) Get(ctx context.Context, tenantID, lockID string) (_ Lock, err error) {
 	defer repolock.WrapOp(&err, "locks.Get")
 	if _, err := uuid.Parse(lockID); err != nil {
 		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
 	}
 	var l Lock
-	err = q.GetContext(ctx, &l, `SELECT `+lockColumns+`
+	err = s.db.GetContext(ctx, &l, `SELECT `+lockColumns+`
 		FROM RepositoryLockOwner o WHERE o.id = $1 AND o.cluster_user_id = $2`, lockID, tenantID)
 	if database.IsNoRows(err) {
 		return Lock{}, repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
@@ -455,14 +427,14 @@ func Get(ctx context.Context, q database.Querier, tenantID, lockID string) (_ Lo
 
 // List returns one page of the tenant's locks in creation order, and the
 // token of the next page ("" after the last).
-func List(ctx context.Context, q database.Querier, tenantID string, pageSize int, pageToken string) (_ []Lock, _ string, err error) {
+func (s *Service) List(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []Lock, _ string, err error) {
 	defer repolock.WrapOp(&err, "locks.List")
 	after, err := pagetoken.DecodeTimeID(pagetoken.KindLocks, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
 	}
 	ls := []Lock{}
-	err = q.SelectContext(ctx, &ls, `SELECT `+lockColumns+`
+	err = s.db.SelectContext(ctx, &ls, `SELECT `+lockColumns+`
 		FROM RepositoryLockOwner o
 		WHERE o.cluster_user_id = $1 AND (o.created_at, o.id) > ($2::timestamptz, $3::uuid)
 		ORDER BY o.created_at, o.id
@@ -481,26 +453,26 @@ func List(ctx context.Context, q database.Querier, tenantID string, pageSize int
 
 // Owner is who holds a URL, as operators look it up.
 type Owner struct {
-	LockID            string    `db:"id" json:"lock_id"`
-	NormalizedURL     string    `db:"git_repository_url" json:"normalized_url"`
-	NormalizerVersion int       `db:"normalizer_version" json:"normalizer_version"`
-	TenantID          string    `db:"cluster_user_id" json:"user_id"`
-	TenantName        string    `db:"user_name" json:"user"`
-	Applications      int       `db:"applications" json:"applications"`
-	Credentials       int       `db:"repository_credentials" json:"repository_credentials"`
-	CreatedAt         time.Time `db:"created_at" json:"created_at"`
+	LockID            string        `db:"id" json:"lock_id"`
+	NormalizedURL     normalize.Key `db:"git_repository_url" json:"normalized_url"`
+	NormalizerVersion int           `db:"normalizer_version" json:"normalizer_version"`
+	TenantID          string        `db:"cluster_user_id" json:"user_id"`
+	TenantName        string        `db:"user_name" json:"user"`
+	Applications      int           `db:"applications" json:"applications"`
+	Credentials       int           `db:"repository_credentials" json:"repository_credentials"`
+	CreatedAt         time.Time     `db:"created_at" json:"created_at"`
 }
 
 // OwnerOf returns the lock on a normalized URL and its owner, or not found
 // when the URL is free. It is an operator's lookup: it names the owner
 // whoever asks.
-func OwnerOf(ctx context.Context, q database.Querier, key string) (_ Owner, err error) {
+func (s *Service) OwnerOf(ctx context.Context, key normalize.Key) (_ Owner, err error) {
 	defer repolock.WrapOp(&err, "locks.OwnerOf")
-	if err := ValidateKeyWith(normalize.FromContext(ctx), key); err != nil {
+	if err := ValidateKeyWith(s.rules.Current(), key); err != nil {
 		return Owner{}, err
 	}
 	var o Owner
-	err = q.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
+	err = s.db.GetContext(ctx, &o, `SELECT `+lockColumns+`, u.name AS user_name
 		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 		WHERE o.git_repository_url = $1`, key)
 	if database.IsNoRows(err) {

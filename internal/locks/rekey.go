@@ -24,17 +24,17 @@ const StaleSQL = `(o.normalizer_version < $1 OR (o.normalizer_version = $1 AND o
 
 // Stale is one lock keyed under other rules.
 type Stale struct {
-	ID                string `db:"id" json:"lock_id"`
-	Key               string `db:"git_repository_url" json:"key"`
-	NormalizerVersion int    `db:"normalizer_version" json:"normalizer_version"`
-	NormalizerRules   string `db:"normalizer_rules" json:"normalizer_rules"`
-	TenantID          string `db:"cluster_user_id" json:"user_id"`
-	TenantName        string `db:"user_name" json:"user"`
+	ID                string        `db:"id" json:"lock_id"`
+	Key               normalize.Key `db:"git_repository_url" json:"key"`
+	NormalizerVersion int           `db:"normalizer_version" json:"normalizer_version"`
+	NormalizerRules   string        `db:"normalizer_rules" json:"normalizer_rules"`
+	TenantID          string        `db:"cluster_user_id" json:"user_id"`
+	TenantName        string        `db:"user_name" json:"user"`
 }
 
 // ListStale returns up to limit stale locks under n's rules with ids after
 // afterID ("" for the start), in id order.
-func ListStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, afterID string, limit int) (_ []Stale, err error) {
+func (s *Service) ListStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, afterID string, limit int) (_ []Stale, err error) {
 	defer repolock.WrapOp(&err, "locks.ListStale")
 	if afterID == "" {
 		afterID = "00000000-0000-0000-0000-000000000000"
@@ -53,10 +53,10 @@ func ListStale(ctx context.Context, q database.Querier, n *normalize.Normalizer,
 // still stale under n's rules; ok is false when it is gone or was re-keyed
 // meanwhile. Holding it, no acquirer can add a reference to it (they wait
 // on FOR KEY SHARE) until the caller's transaction ends.
-func LockStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (_ Stale, ok bool, err error) {
+func (s *Service) LockStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (_ Stale, ok bool, err error) {
 	defer repolock.WrapOp(&err, "locks.LockStale")
-	var s Stale
-	err = q.GetContext(ctx, &s, `
+	var l Stale
+	err = q.GetContext(ctx, &l, `
 		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
 		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 		WHERE o.id = $3 AND `+StaleSQL+`
@@ -67,7 +67,7 @@ func LockStale(ctx context.Context, q database.Querier, n *normalize.Normalizer,
 	if err != nil {
 		return Stale{}, false, database.MapError(err)
 	}
-	return s, true, nil
+	return l, true, nil
 }
 
 // Target is who holds a key re-keying wants to move references to.
@@ -92,13 +92,13 @@ WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2`
 // move itself is recorded by RecordRekeyed) or takes FOR KEY SHARE on the
 // tenant's existing one, or, when another tenant holds key, returns that
 // lock and owner without recording a denial (the tenant asked for nothing).
-func AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Normalizer, tenantID, key string) (_ Target, err error) {
+func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Normalizer, tenantID string, key normalize.Key) (_ Target, err error) {
 	defer repolock.WrapOp(&err, "locks.AcquireForRekey")
 	if err := ValidateKeyWith(n, key); err != nil {
 		return Target{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		ids, err := insertLocks(ctx, q, []newLock{{key: key, rules: RuleSet(n), tenant: tenantID}})
+		ids, err := insertLocks(ctx, inTx{q}, []newLock{{key: string(key), rules: RuleSet(n), tenant: tenantID}})
 		if err != nil {
 			return Target{}, database.MapError(err)
 		}
@@ -132,7 +132,7 @@ func AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Norma
 
 // OwnerOfKey returns the lock on key and its owner, without taking a row
 // lock (dry runs); ok is false when the key is free.
-func OwnerOfKey(ctx context.Context, q database.Querier, key string) (lockID, ownerID, ownerName string, ok bool, err error) {
+func (s *Service) OwnerOfKey(ctx context.Context, q database.Querier, key normalize.Key) (lockID, ownerID, ownerName string, ok bool, err error) {
 	defer repolock.WrapOp(&err, "locks.OwnerOfKey")
 	var o struct {
 		ID     string `db:"id"`
@@ -154,7 +154,7 @@ func OwnerOfKey(ctx context.Context, q database.Querier, key string) (lockID, ow
 
 // RecordRekeyed records a "rekeyed" event: references of the tenant's lock
 // on fromKey moved to its lock toLockID on key.
-func RecordRekeyed(ctx context.Context, q database.Querier, toLockID, key, fromKey, tenantID string) (err error) {
+func (s *Service) RecordRekeyed(ctx context.Context, q database.Querier, toLockID string, key, fromKey normalize.Key, tenantID string) (err error) {
 	defer repolock.WrapOp(&err, "locks.RecordRekeyed")
 	_, err = q.ExecContext(ctx, `
 		INSERT INTO repository_lock_events
@@ -166,7 +166,7 @@ func RecordRekeyed(ctx context.Context, q database.Querier, toLockID, key, fromK
 
 // MarkCurrent records that the lock lockID, whose key is unchanged under
 // n's rules, was re-checked under them. The caller holds it FOR UPDATE.
-func MarkCurrent(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (err error) {
+func (s *Service) MarkCurrent(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (err error) {
 	defer repolock.WrapOp(&err, "locks.MarkCurrent")
 	_, err = q.ExecContext(ctx, `
 		UPDATE RepositoryLockOwner

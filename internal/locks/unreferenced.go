@@ -44,7 +44,7 @@ LEFT JOIN cluster_users u ON u.id = d.cluster_user_id`
 // holds row locks on ids (FOR UPDATE), so no reference can be in flight,
 // and the foreign keys still refuse a referenced lock (a 23503 error, whose
 // *pq.Error stays reachable with database.PQCode).
-func DeleteUnreferenced(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
+func (s *Service) DeleteUnreferenced(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "locks.DeleteUnreferenced")
 	if len(ids) == 0 {
 		return 0, nil
@@ -76,7 +76,7 @@ WHERE o.id = ANY($2::uuid[]) AND o.id >= $1
 // which takes its locks with SKIP LOCKED, does not have this id), or it
 // waits for the caller's commit and then flags the lock again. The re-check
 // sees every reference removal committed before this statement.
-func ClearCandidates(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
+func (s *Service) ClearCandidates(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "locks.ClearCandidates")
 	if len(ids) == 0 {
 		return 0, nil
@@ -96,7 +96,7 @@ func ClearCandidates(ctx context.Context, q database.Querier, ids []string) (_ i
 // --full), for the unreferenced locks its scan found. Flagging is always
 // safe: a flagged lock that turns out referenced is only visited and
 // cleared by the next run.
-func FlagCandidates(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
+func (s *Service) FlagCandidates(ctx context.Context, q database.Querier, ids []string) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "locks.FlagCandidates")
 	if len(ids) == 0 {
 		return 0, nil
@@ -128,7 +128,7 @@ func lowest(ids []string) string {
 // tenantName, for the events) and records a "released" event for each; it
 // returns how many. The caller deletes the tenant's references first, in
 // the same transaction (internal/apps.DeleteTenant).
-func ReleaseAllForTenant(ctx context.Context, q database.Querier, tenantID, tenantName string) (_ int64, err error) {
+func (s *Service) ReleaseAllForTenant(ctx context.Context, q database.Querier, tenantID, tenantName string) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "locks.ReleaseAllForTenant")
 	var n int64
 	err = q.GetContext(ctx, &n, `
@@ -148,7 +148,7 @@ func ReleaseAllForTenant(ctx context.Context, q database.Querier, tenantID, tena
 // ago, oldest first, and returns how many it deleted: one batch of the GC's
 // retention. It says so to the audit trigger (SET LOCAL
 // repolock.retention), so q must be a transaction.
-func DeleteOldEvents(ctx context.Context, q database.Querier, olderThan time.Duration, limit int) (_ int64, err error) {
+func (s *Service) DeleteOldEvents(ctx context.Context, q database.Querier, olderThan time.Duration, limit int) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "locks.DeleteOldEvents")
 	if _, err := q.ExecContext(ctx, `SET LOCAL repolock.retention = 'on'`); err != nil {
 		return 0, database.MapError(err)

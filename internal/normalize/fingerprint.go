@@ -1,7 +1,6 @@
 package normalize
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -27,19 +26,23 @@ func (n *Normalizer) Fingerprint() string {
 	return hex.EncodeToString(sum[:8])
 }
 
-type contextKey struct{}
-
-// NewContext returns ctx carrying n: the normalizer, with the deployment's
-// configured aliases, that code handling a request keys URLs with. The
-// server puts the current one into every request; FromContext reads it.
-func NewContext(ctx context.Context, n *Normalizer) context.Context {
-	return context.WithValue(ctx, contextKey{}, n)
+// Source gives the rules keys are computed under now: the built-in rules
+// plus the deployment's configured aliases. Every component that computes a
+// key is given one when it is built (cmd/api passes the refreshing
+// rekey.Source); there is no ambient default.
+type Source interface {
+	Current() *Normalizer
 }
 
-// FromContext returns the normalizer NewContext put into ctx, or Default().
-func FromContext(ctx context.Context) *Normalizer {
-	if n, ok := ctx.Value(contextKey{}).(*Normalizer); ok && n != nil {
-		return n
+// Static returns a Source that always gives n: for commands and tests that
+// key under one fixed rule set. n must not be nil.
+func Static(n *Normalizer) Source {
+	if n == nil {
+		panic("normalize.Static: nil Normalizer")
 	}
-	return defaultNormalizer
+	return staticSource{n}
 }
+
+type staticSource struct{ n *Normalizer }
+
+func (s staticSource) Current() *Normalizer { return s.n }

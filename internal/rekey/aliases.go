@@ -22,18 +22,26 @@ type Alias struct {
 }
 
 // ListAliases returns every stored alias, ordered by From.
-func ListAliases(ctx context.Context, q database.Querier) (_ []Alias, err error) {
+func (s *Service) ListAliases(ctx context.Context) (_ []Alias, err error) {
 	defer repolock.WrapOp(&err, "rekey.ListAliases")
+	return listAliases(ctx, s.db)
+}
+
+func listAliases(ctx context.Context, q database.Querier) (_ []Alias, err error) {
 	out := []Alias{}
 	err = q.SelectContext(ctx, &out, `SELECT id, from_endpoint, to_endpoint, created_at FROM normalizer_aliases ORDER BY from_endpoint`)
 	return out, database.MapError(err)
 }
 
 // Load returns the normalizer of the stored aliases (the built-in rules
-// plus them).
-func Load(ctx context.Context, q database.Querier) (_ *normalize.Normalizer, err error) {
+// plus them), as they are now in the database.
+func (s *Service) Load(ctx context.Context) (_ *normalize.Normalizer, err error) {
 	defer repolock.WrapOp(&err, "rekey.Load")
-	as, err := ListAliases(ctx, q)
+	return load(ctx, s.db)
+}
+
+func load(ctx context.Context, q database.Querier) (*normalize.Normalizer, error) {
+	as, err := listAliases(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +73,7 @@ const lockAliasesSQL = `LOCK TABLE normalizer_aliases IN SHARE ROW EXCLUSIVE MOD
 // host[+port][/prefix], stored canonical). The resulting set must pass
 // normalize.New; an existing alias with the same From is already_exists.
 // Adding an alias changes keys: run `api rekey` afterwards.
-func AddAlias(ctx context.Context, db *database.DB, from, to string) (_ Alias, err error) {
+func (s *Service) AddAlias(ctx context.Context, from, to string) (_ Alias, err error) {
 	defer repolock.WrapOp(&err, "rekey.AddAlias")
 	fe, err := normalize.ParseEndpoint(from)
 	if err != nil {
@@ -76,11 +84,11 @@ func AddAlias(ctx context.Context, db *database.DB, from, to string) (_ Alias, e
 		return Alias{}, repolock.Wrap(repolock.EInvalid, err, "to: %s", repolock.ErrorMessage(err))
 	}
 	var a Alias
-	err = db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		if _, err := tx.ExecContext(ctx, lockAliasesSQL); err != nil {
 			return database.MapError(err)
 		}
-		cur, err := ListAliases(ctx, tx)
+		cur, err := listAliases(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -101,13 +109,13 @@ func AddAlias(ctx context.Context, db *database.DB, from, to string) (_ Alias, e
 
 // RemoveAlias deletes the alias whose From is from (key syntax, read
 // canonically). Removing an alias changes keys: run `api rekey` afterwards.
-func RemoveAlias(ctx context.Context, db *database.DB, from string) (err error) {
+func (s *Service) RemoveAlias(ctx context.Context, from string) (err error) {
 	defer repolock.WrapOp(&err, "rekey.RemoveAlias")
 	fe, err := normalize.ParseEndpoint(from)
 	if err != nil {
 		return repolock.Wrap(repolock.EInvalid, err, "from: %s", repolock.ErrorMessage(err))
 	}
-	return db.WithTx(ctx, func(tx database.Tx) error {
+	return s.db.WithTx(ctx, func(tx database.Tx) error {
 		if _, err := tx.ExecContext(ctx, lockAliasesSQL); err != nil {
 			return database.MapError(err)
 		}
@@ -159,7 +167,7 @@ func (s *Source) Current() *normalize.Normalizer { return s.current.Load() }
 
 // Refresh reloads the stored aliases; on an error the current set stays.
 func (s *Source) Refresh(ctx context.Context) error {
-	n, err := Load(ctx, s.db)
+	n, err := load(ctx, s.db)
 	if err != nil {
 		return err
 	}
@@ -186,12 +194,12 @@ func (s *Source) Run(ctx context.Context, interval time.Duration) {
 }
 
 // RemoveAliasByID deletes the alias id (not found when there is none).
-func RemoveAliasByID(ctx context.Context, db *database.DB, id string) (err error) {
+func (s *Service) RemoveAliasByID(ctx context.Context, id string) (err error) {
 	defer repolock.WrapOp(&err, "rekey.RemoveAliasByID")
 	if _, perr := uuid.Parse(id); perr != nil {
 		return repolock.Errorf(repolock.ENotFound, "alias %s not found", id)
 	}
-	return db.WithTx(ctx, func(tx database.Tx) error {
+	return s.db.WithTx(ctx, func(tx database.Tx) error {
 		if _, err := tx.ExecContext(ctx, lockAliasesSQL); err != nil {
 			return database.MapError(err)
 		}

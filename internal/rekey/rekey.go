@@ -88,22 +88,22 @@ type Report struct {
 // Problem is one reference that keeps its lock stale (a row of
 // rekey_conflicts).
 type Problem struct {
-	Kind       string `json:"kind"` // "conflict" or "rejected"
-	LockID     string `json:"lock_id"`
-	OldKey     string `json:"old_key"`
-	TenantID   string `json:"user_id"`
-	TenantName string `json:"user"`
-	RefKind    string `json:"ref_kind"` // "application" or "credential"
-	RefID      string `json:"ref_id"`
-	RepoURL    string `json:"repo_url"`
-	NewKey     string `json:"new_key,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	Kind       string        `json:"kind"` // "conflict" or "rejected"
+	LockID     string        `json:"lock_id"`
+	OldKey     normalize.Key `json:"old_key"`
+	TenantID   string        `json:"user_id"`
+	TenantName string        `json:"user"`
+	RefKind    string        `json:"ref_kind"` // "application" or "credential"
+	RefID      string        `json:"ref_id"`
+	RepoURL    string        `json:"repo_url"`
+	NewKey     normalize.Key `json:"new_key,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
 	// conflict: the other tenant's lock and a URL that leads to it.
-	OtherLockID   string `json:"other_lock_id,omitempty"`
-	OtherKey      string `json:"other_key,omitempty"`
-	OtherTenantID string `json:"other_user_id,omitempty"`
-	OtherTenant   string `json:"other_user,omitempty"`
-	OtherRepoURL  string `json:"other_repo_url,omitempty"`
+	OtherLockID   string        `json:"other_lock_id,omitempty"`
+	OtherKey      normalize.Key `json:"other_key,omitempty"`
+	OtherTenantID string        `json:"other_user_id,omitempty"`
+	OtherTenant   string        `json:"other_user,omitempty"`
+	OtherRepoURL  string        `json:"other_repo_url,omitempty"`
 }
 
 // ref is one Application or Credential referencing a stale lock.
@@ -135,8 +135,25 @@ type claim struct {
 // runs do not overlap.
 const advisoryKey = 7_261_004_617
 
+// Service re-keys locks and manages the configured aliases. cmd/api builds
+// one with New.
+type Service struct {
+	db    *database.DB
+	locks *locks.Service
+}
+
+// New returns the service on db, moving locks through locks. Both are
+// required: a missing one is a wiring error and panics at start-up.
+func New(db *database.DB, locks *locks.Service) *Service {
+	if db == nil || locks == nil {
+		panic("rekey.New: a pool and the locks service are required")
+	}
+	return &Service{db: db, locks: locks}
+}
+
 // Run re-keys every stale lock under n's rules.
-func Run(ctx context.Context, db *database.DB, n *normalize.Normalizer, opts Options) (_ Report, err error) {
+func (s *Service) Run(ctx context.Context, n *normalize.Normalizer, opts Options) (_ Report, err error) {
+	db := s.db
 	defer repolock.WrapOp(&err, "rekey.Run")
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
@@ -162,7 +179,7 @@ func Run(ctx context.Context, db *database.DB, n *normalize.Normalizer, opts Opt
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, advisoryKey) //nolint:errcheck // the session ends with the connection anyway
 	}
-	r := &runner{db: db, n: n, opts: opts, targets: map[string][]claim{}, dryCreated: map[string]bool{}}
+	r := &runner{db: db, locks: s.locks, n: n, opts: opts, targets: map[normalize.Key][]claim{}, dryCreated: map[normalize.Key]bool{}}
 	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: normalize.Version, NormalizerRules: n.Fingerprint(),
 		Conflicts: []Problem{}, Rejected: []Problem{}}
 	if err := r.planPass(ctx); err != nil {
@@ -184,12 +201,13 @@ func Run(ctx context.Context, db *database.DB, n *normalize.Normalizer, opts Opt
 
 type runner struct {
 	db      *database.DB
+	locks   *locks.Service
 	n       *normalize.Normalizer
 	opts    Options
 	report  Report
-	targets map[string][]claim // new key -> first claim of each tenant
+	targets map[normalize.Key][]claim // new key -> first claim of each tenant
 	// dryCreated are the keys a dry run would create a lock on.
-	dryCreated map[string]bool
+	dryCreated map[normalize.Key]bool
 	found      []Problem // problems recorded by this run (for resolve)
 }
 
@@ -197,7 +215,7 @@ type runner struct {
 func (r *runner) scan(ctx context.Context, fn func([]locks.Stale) error) error {
 	after := ""
 	for {
-		batch, err := locks.ListStale(ctx, r.db, r.n, after, r.opts.BatchSize)
+		batch, err := r.locks.ListStale(ctx, r.db, r.n, after, r.opts.BatchSize)
 		if err != nil {
 			return err
 		}
@@ -227,14 +245,14 @@ func (r *runner) planPass(ctx context.Context) error {
 			if err != nil {
 				continue // reported by the apply pass
 			}
-			r.claim(string(key), claim{lock: byID[f.LockID], ref: f})
+			r.claim(key, claim{lock: byID[f.LockID], ref: f})
 		}
 		return nil
 	})
 }
 
 // claim notes c's claim of key, once per tenant.
-func (r *runner) claim(key string, c claim) {
+func (r *runner) claim(key normalize.Key, c claim) {
 	for _, o := range r.targets[key] {
 		if o.lock.TenantID == c.lock.TenantID {
 			return
@@ -244,7 +262,7 @@ func (r *runner) claim(key string, c claim) {
 }
 
 // otherClaim returns a claim of key by another tenant than tenantID.
-func (r *runner) otherClaim(key, tenantID string) (claim, bool) {
+func (r *runner) otherClaim(key normalize.Key, tenantID string) (claim, bool) {
 	for _, o := range r.targets[key] {
 		if o.lock.TenantID != tenantID {
 			return o, true
@@ -331,7 +349,7 @@ func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out
 	if err := lockRows(ctx, tx, refs, locked); err != nil {
 		return err
 	}
-	l, ok, err := locks.LockStale(ctx, tx, r.n, lockID)
+	l, ok, err := r.locks.LockStale(ctx, tx, r.n, lockID)
 	if err != nil {
 		return err
 	}
@@ -358,14 +376,14 @@ func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out
 		out.unreferenced = true
 		return nil
 	}
-	keys := make([]string, len(refs))
+	keys := make([]normalize.Key, len(refs))
 	for i, f := range refs {
 		k, err := r.n.RepoURL(f.RepoURL)
 		if err != nil {
 			out.problems = append(out.problems, problem("rejected", l, f, "", repolock.ErrorMessage(err)))
 			continue
 		}
-		keys[i] = string(k)
+		keys[i] = k
 		if c, ok := r.otherClaim(keys[i], l.TenantID); ok {
 			p := problem("conflict", l, f, keys[i], "another tenant's lock re-keys to the same key")
 			p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant, p.OtherRepoURL = c.lock.ID, c.lock.Key, c.lock.TenantID, c.lock.TenantName, c.ref.RepoURL
@@ -376,13 +394,13 @@ func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out
 		return errStays
 	}
 	// Targets: every new key other than the lock's own.
-	targets := map[string]string{} // key -> lock id
+	targets := map[normalize.Key]string{} // key -> lock id
 	for i, k := range keys {
 		if k == l.Key || targets[k] != "" {
 			continue
 		}
 		if r.opts.DryRun {
-			id, ownerID, owner, ok, err := locks.OwnerOfKey(ctx, tx, k)
+			id, ownerID, owner, ok, err := r.locks.OwnerOfKey(ctx, tx, k)
 			if err != nil {
 				return err
 			}
@@ -400,7 +418,7 @@ func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out
 			}
 			continue
 		}
-		t, err := locks.AcquireForRekey(ctx, tx, r.n, l.TenantID, k)
+		t, err := r.locks.AcquireForRekey(ctx, tx, r.n, l.TenantID, k)
 		if err != nil {
 			return err
 		}
@@ -438,14 +456,14 @@ func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out
 		return errStays // roll back: a dry run writes nothing
 	}
 	for k, id := range targets {
-		if err := locks.RecordRekeyed(ctx, tx, id, k, l.Key, l.TenantID); err != nil {
+		if err := r.locks.RecordRekeyed(ctx, tx, id, k, l.Key, l.TenantID); err != nil {
 			return err
 		}
 	}
 	if stays > 0 {
-		return locks.MarkCurrent(ctx, tx, r.n, l.ID)
+		return r.locks.MarkCurrent(ctx, tx, r.n, l.ID)
 	}
-	released, err := locks.Release(ctx, tx, l.ID)
+	released, err := r.locks.Release(ctx, tx, l.ID)
 	if err != nil {
 		return err
 	}
@@ -483,7 +501,7 @@ func lockRows(ctx context.Context, tx database.Tx, refs []ref, locked map[string
 }
 
 // moveRef points reference f at the lock lockID on key.
-func moveRef(ctx context.Context, tx database.Tx, f ref, lockID, key string) error {
+func moveRef(ctx context.Context, tx database.Tx, f ref, lockID string, key normalize.Key) error {
 	q := `WITH row AS (UPDATE applications SET normalized_url = $3 WHERE id = $1)
 		UPDATE RepositoryLockApplication SET lock_id = $2 WHERE application_id = $1`
 	if f.Kind == "credential" {
@@ -494,13 +512,13 @@ func moveRef(ctx context.Context, tx database.Tx, f ref, lockID, key string) err
 	return database.MapError(err)
 }
 
-func problem(kind string, l locks.Stale, f ref, newKey, reason string) Problem {
+func problem(kind string, l locks.Stale, f ref, newKey normalize.Key, reason string) Problem {
 	return Problem{Kind: kind, LockID: l.ID, OldKey: l.Key, TenantID: l.TenantID, TenantName: l.TenantName,
 		RefKind: f.Kind, RefID: f.ID, RepoURL: f.RepoURL, NewKey: newKey, Reason: reason}
 }
 
 // liveConflict is the problem of a new key another tenant holds now.
-func (r *runner) liveConflict(ctx context.Context, tx database.Tx, l locks.Stale, f ref, key, otherLock, otherID, otherName string) Problem {
+func (r *runner) liveConflict(ctx context.Context, tx database.Tx, l locks.Stale, f ref, key normalize.Key, otherLock, otherID, otherName string) Problem {
 	p := problem("conflict", l, f, key, "another tenant holds the new key")
 	p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant = otherLock, key, otherID, otherName
 	var other []ref

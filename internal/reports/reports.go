@@ -113,10 +113,25 @@ type Rows struct {
 	rows    *sqlx.Rows
 }
 
+// Service runs the reports on one database: the primary, or the read
+// replica of REPORTS_DATABASE_URL. cmd/api builds one with New.
+type Service struct {
+	db *database.DB
+}
+
+// New returns the service reading db. db is required: a nil one is a
+// wiring error and panics at start-up.
+func New(db *database.DB) *Service {
+	if db == nil {
+		panic("reports.New: a pool is required")
+	}
+	return &Service{db: db}
+}
+
 // Open runs the named report. limit > 0 caps the rows returned.
 // Errors (unknown report, database) come back here, before anything is
 // written.
-func Open(ctx context.Context, q database.Querier, name string, limit int) (_ *Rows, err error) {
+func (s *Service) Open(ctx context.Context, name string, limit int) (_ *Rows, err error) {
 	defer repolock.WrapOp(&err, "reports.Open")
 	r, err := Lookup(name)
 	if err != nil {
@@ -131,7 +146,7 @@ func Open(ctx context.Context, q database.Querier, name string, limit int) (_ *R
 	}
 	// The view name and ORDER BY come from the fixed table above, never
 	// from the caller.
-	rows, err := q.QueryxContext(ctx, "SELECT * FROM "+r.View+" ORDER BY "+r.orderBy+" LIMIT $1", lim)
+	rows, err := s.db.QueryxContext(ctx, "SELECT * FROM "+r.View+" ORDER BY "+r.orderBy+" LIMIT $1", lim)
 	if err != nil {
 		return nil, database.MapError(err)
 	}

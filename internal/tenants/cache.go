@@ -224,12 +224,9 @@ func (c *Cache) Len() int {
 	return len(c.entries)
 }
 
-// Authenticate is tenants.Authenticate through the cache. A nil Cache
-// always asks the database.
+// Authenticate authenticates token through the cache, asking db on a
+// miss (Service.Authenticate calls it).
 func (c *Cache) Authenticate(ctx context.Context, db *database.DB, token string) (Tenant, error) {
-	if c == nil {
-		return Authenticate(ctx, db, token)
-	}
 	if !strings.HasPrefix(token, TokenPrefix) || len(token) > 200 {
 		return Tenant{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 	}
@@ -242,7 +239,7 @@ func (c *Cache) Authenticate(ctx context.Context, db *database.DB, token string)
 	if ok && now.Before(e.expires) {
 		return e.tenant, nil
 	}
-	u, err := Authenticate(ctx, db, token)
+	u, err := authenticate(ctx, db, token)
 	if err != nil {
 		return Tenant{}, err
 	}

@@ -52,6 +52,30 @@ func NewToken() (token string, hash []byte) {
 	return token, HashToken(token)
 }
 
+// Service is the tenants and their API tokens. cmd/api builds one with New.
+// Its methods run on the pool; none can run inside a caller's transaction.
+type Service struct {
+	db    *database.DB
+	cache *Cache
+}
+
+// New returns the service on db. cache, when not nil, is the process's
+// token cache that Authenticate goes through (api serve passes its Cache;
+// commands that authenticate nothing pass nil, and then every
+// Authenticate asks the database). db is required: a nil one is a wiring
+// error and panics at start-up.
+func New(db *database.DB, cache *Cache) *Service {
+	if db == nil {
+		panic("tenants.New: a pool is required")
+	}
+	return &Service{db: db, cache: cache}
+}
+
+// Flush drops every token the service's cache holds (none without a
+// cache): at once in this process after a change of tokens or tenants
+// made here; other processes learn of it through the notification.
+func (s *Service) Flush() { s.cache.Flush() }
+
 // HashToken returns the SHA-256 of a token, as stored.
 func HashToken(token string) []byte {
 	sum := sha256.Sum256([]byte(token))
@@ -60,7 +84,7 @@ func HashToken(token string) []byte {
 
 // Create creates a tenant and its first token. The token is returned once and
 // never stored.
-func Create(ctx context.Context, db *database.DB, name, displayName string) (_ Tenant, _ string, err error) {
+func (s *Service) Create(ctx context.Context, name, displayName string) (_ Tenant, _ string, err error) {
 	defer repolock.WrapOp(&err, "tenants.Create")
 	if err := ValidateName(name); err != nil {
 		return Tenant{}, "", err
@@ -75,7 +99,7 @@ func Create(ctx context.Context, db *database.DB, name, displayName string) (_ T
 		u     Tenant
 		token string
 	)
-	err = db.WithTx(ctx, func(tx database.Tx) error {
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
 		err := tx.GetContext(ctx, &u, `
 			INSERT INTO cluster_users (name, display_name) VALUES ($1, $2)
 			RETURNING id, name, display_name, created_at`, name, displayName)
@@ -101,21 +125,21 @@ func issueToken(ctx context.Context, q database.Querier, tenantID string) (strin
 }
 
 // IssueToken gives an existing tenant one more token.
-func IssueToken(ctx context.Context, q database.Querier, name string) (_ string, err error) {
+func (s *Service) IssueToken(ctx context.Context, name string) (_ string, err error) {
 	defer repolock.WrapOp(&err, "tenants.IssueToken")
-	u, err := GetByName(ctx, q, name)
+	u, err := s.GetByName(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	token, err := issueToken(ctx, q, u.ID)
+	token, err := issueToken(ctx, s.db, u.ID)
 	return token, database.MapError(err)
 }
 
 // GetByName returns the tenant with the given name.
-func GetByName(ctx context.Context, q database.Querier, name string) (_ Tenant, err error) {
+func (s *Service) GetByName(ctx context.Context, name string) (_ Tenant, err error) {
 	defer repolock.WrapOp(&err, "tenants.GetByName")
 	var u Tenant
-	err = q.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
+	err = s.db.GetContext(ctx, &u, `SELECT id, name, display_name, created_at FROM cluster_users WHERE name = $1`, name)
 	if err != nil {
 		if database.IsNoRows(err) {
 			return Tenant{}, repolock.Errorf(repolock.ENotFound, "user %q not found", name)
@@ -126,20 +150,20 @@ func GetByName(ctx context.Context, q database.Querier, name string) (_ Tenant, 
 }
 
 // List returns every tenant ordered by name.
-func List(ctx context.Context, q database.Querier) (_ []Tenant, err error) {
+func (s *Service) List(ctx context.Context) (_ []Tenant, err error) {
 	defer repolock.WrapOp(&err, "tenants.List")
 	us := []Tenant{}
-	err = q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
+	err = s.db.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users ORDER BY name`)
 	return us, database.MapError(err)
 }
 
 // ListAfter returns at most limit tenants whose name sorts after after
 // ("" for the first), ordered by name: one page of the admin list.
-func ListAfter(ctx context.Context, q database.Querier, after string, limit int) (_ []Tenant, err error) {
+func (s *Service) ListAfter(ctx context.Context, after string, limit int) (_ []Tenant, err error) {
 	defer repolock.WrapOp(&err, "tenants.ListAfter")
 	us := []Tenant{}
 	// Served by the unique index on cluster_users (name).
-	err = q.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users
+	err = s.db.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users
 		WHERE name > $1 ORDER BY name LIMIT $2`, after, limit)
 	return us, database.MapError(err)
 }
@@ -149,21 +173,25 @@ const authenticateSQL = `
 	FROM api_tokens t JOIN cluster_users u ON u.id = t.cluster_user_id
 	WHERE t.token_hash = $1 AND t.revoked_at IS NULL`
 
-// Authenticate returns the tenant that owns a valid, unrevoked token. The
-// lookup is by hash, so the database never compares secrets and the time it
-// takes does not depend on how much of a guess was right.
-func Authenticate(ctx context.Context, q database.Querier, token string) (_ Tenant, err error) {
+// Authenticate returns the tenant that owns a valid, unrevoked token,
+// through the service's token cache when it has one. The lookup is by
+// hash, so the database never compares secrets and the time it takes does
+// not depend on how much of a guess was right.
+func (s *Service) Authenticate(ctx context.Context, token string) (_ Tenant, err error) {
 	defer repolock.WrapOp(&err, "tenants.Authenticate")
+	if s.cache != nil {
+		return s.cache.Authenticate(ctx, s.db, token)
+	}
+	return authenticate(ctx, s.db, token)
+}
+
+// authenticate asks the database, as a prepared statement on the pool.
+func authenticate(ctx context.Context, db *database.DB, token string) (Tenant, error) {
 	if !strings.HasPrefix(token, TokenPrefix) || len(token) > 200 {
 		return Tenant{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 	}
 	var u Tenant
-	if db, ok := q.(*database.DB); ok {
-		err = db.GetPrepared(ctx, &u, authenticateSQL, HashToken(token))
-	} else {
-		err = q.GetContext(ctx, &u, authenticateSQL, HashToken(token))
-	}
-	if err != nil {
+	if err := db.GetPrepared(ctx, &u, authenticateSQL, HashToken(token)); err != nil {
 		if database.IsNoRows(err) {
 			return Tenant{}, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 		}
@@ -174,27 +202,28 @@ func Authenticate(ctx context.Context, q database.Querier, token string) (_ Tena
 
 // RevokeTokens revokes every token of the named tenant and returns how many
 // were revoked.
-func RevokeTokens(ctx context.Context, q database.Querier, name string) (_ int64, err error) {
+func (s *Service) RevokeTokens(ctx context.Context, name string) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "tenants.RevokeTokens")
-	u, err := GetByName(ctx, q, name)
+	u, err := s.GetByName(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	res, err := q.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE cluster_user_id = $1 AND revoked_at IS NULL`, u.ID)
+	res, err := s.db.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE cluster_user_id = $1 AND revoked_at IS NULL`, u.ID)
 	if err != nil {
 		return 0, database.MapError(err)
 	}
+	s.Flush() // at once here; other processes through the notification
 	return res.RowsAffected()
 }
 
 // Exists reports whether a tenant with the given id exists. An id that is not
 // a UUID names no tenant.
-func Exists(ctx context.Context, q database.Querier, id string) (_ bool, err error) {
+func (s *Service) Exists(ctx context.Context, id string) (_ bool, err error) {
 	defer repolock.WrapOp(&err, "tenants.Exists")
 	if uuid.Validate(id) != nil {
 		return false, nil
 	}
 	var ok bool
-	err = q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, id)
+	err = s.db.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM cluster_users WHERE id = $1)`, id)
 	return ok, database.MapError(err)
 }

@@ -11,10 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/rekey"
+	"github.com/repolock/repolock/internal/reports"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
@@ -33,21 +36,27 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger,
-		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})
 	aliases, err := rekey.NewSource(context.Background(), db, logger)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	ts := tenants.New(db, nil)
+	ls := locks.New(db, aliases)
+	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger, TenantExists: ts.Exists})
 	return httpapi.Config{
-		Normalizers:  aliases,
 		DB:           db,
 		Logger:       logger,
 		AdminToken:   adminToken,
 		Registry:     reg,
-		GC:           gc.New(db, gc.Config{Logger: logger, Metrics: metrics, Cleaner: cleaner}),
+		GC:           gc.New(db, ls, gc.Config{Logger: logger, Metrics: metrics, Cleaner: cleaner}),
 		Repositories: repostate.NewPostgres(db, repostate.Config{Logger: logger}),
 		Sync:         syncstate.New(db, syncstate.Options{Logger: logger}),
+		Tenants:      ts,
+		Locks:        ls,
+		Apps:         apps.New(db, ls),
+		Rekey:        rekey.New(db, ls),
+		Aliases:      aliases,
+		Reports:      reports.New(db),
 	}
 }
 
