@@ -33,7 +33,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/pagetoken"
 )
@@ -142,70 +141,19 @@ func validID(id string) bool {
 	return err == nil
 }
 
-// applicationRefs is the Application kind of row.
-var applicationRefs = &refs{
-	noun: "application", what: "an application",
-	sql: refsSQL{
-		get: `
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
-	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
-	WHERE a.id = $1 AND a.cluster_user_id = $2`,
-		locked: `
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
-	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
-	WHERE a.id = $1`,
-		list: `
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
-	FROM applications a LEFT JOIN RepositoryLockApplication r ON r.application_id = a.id
-	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
-	ORDER BY a.created_at, a.id
-	LIMIT $4`,
-		create: `
-	WITH a AS (
-		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING *
-	), ref AS (
-		INSERT INTO RepositoryLockApplication (application_id, lock_id) SELECT a.id, $7::uuid FROM a
-	)
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
-		createWithNewLock: `
-	WITH ` + newRowsInput + `, ` + locks.NewLocksCTE + `, a AS (
-		INSERT INTO applications (cluster_user_id, name, repo_url, normalized_url, path, target_revision)
-		SELECT input.tenant, input.name, input.repo_url, lock.git_repository_url, input.x0, input.x1
-		FROM input JOIN lock ON lock.git_repository_url = input.key AND lock.cluster_user_id = input.tenant
-		ORDER BY input.tenant, input.name
-		RETURNING *
-	), ref AS (
-		INSERT INTO RepositoryLockApplication (application_id, lock_id)
-		SELECT a.id, lock.id FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id
-	)
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, lock.id::text AS lock_id
-	FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id`,
-		update: `
-	UPDATE applications a
-	SET name = $3, repo_url = $4, normalized_url = $5, path = $6, target_revision = $7, updated_at = now()
-	WHERE a.id = $1 AND a.cluster_user_id = $2
-	RETURNING a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.path, a.target_revision, a.created_at, a.updated_at, $8::text AS lock_id`,
-		lockRow: `SELECT id FROM applications WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`,
-		setRef: `
-	INSERT INTO RepositoryLockApplication (application_id, lock_id) VALUES ($1, $2)
-	ON CONFLICT (application_id) DO UPDATE SET lock_id = EXCLUDED.lock_id`,
-		delete: `
-	WITH ref AS (DELETE FROM RepositoryLockApplication WHERE application_id = $1 RETURNING lock_id),
-	gone AS (DELETE FROM applications WHERE id = $1)
-	SELECT lock_id FROM ref`,
-	},
-	pageKind: pagetoken.KindApplications,
-	repoURL:  repoURL,
-	extra:    [2]column{{"path", validatePath}, {"target_revision", validateRevision}},
-}
+// applications is the Application kind of row.
+var applications = newKind(kind{
+	noun: "application", what: "an application", pageKind: pagetoken.KindApplications,
+	table: "applications", refTable: "RepositoryLockApplication", refColumn: "application_id",
+	own:     []column{{"path", validatePath}, {"target_revision", validateRevision}},
+	repoURL: repoURL,
+})
 
 func (a Application) fields() fields {
 	return fields{
 		id: a.ID, createdAt: a.CreatedAt,
 		tenantID: a.TenantID, name: a.Name, repoURL: a.RepoURL, normalizedURL: a.NormalizedURL,
-		extra:  [2]string{a.Path, a.TargetRevision},
+		own:    []string{a.Path, a.TargetRevision},
 		lockID: a.LockID,
 	}
 }
@@ -219,21 +167,21 @@ func (a Application) fields() fields {
 // locks.Service.AcquireTx and writes the row and its reference.
 func (s *Service) CreateApplication(ctx context.Context, tenantID string, in NewApplication) (_ Application, err error) {
 	defer repolock.WrapOp(&err, "apps.CreateApplication")
-	return createReferenced(ctx, s, applicationRefs, s.createApplication, tenantID,
-		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Path, &in.TargetRevision}})
+	return create(ctx, s, applications, s.createApplication, tenantID,
+		change{name: &in.Name, repoURL: &in.RepoURL, own: []*string{&in.Path, &in.TargetRevision}})
 }
 
 // GetApplication returns the tenant's application id.
 func (s *Service) GetApplication(ctx context.Context, tenantID, id string) (_ Application, err error) {
 	defer repolock.WrapOp(&err, "apps.GetApplication")
-	return getReferenced[Application](ctx, s.db, applicationRefs, tenantID, id)
+	return get[Application](ctx, s, applications, tenantID, id)
 }
 
 // ListApplications returns one page of the tenant's applications in creation
 // order and the token of the next page ("" after the last).
 func (s *Service) ListApplications(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []Application, _ string, err error) {
 	defer repolock.WrapOp(&err, "apps.ListApplications")
-	return listReferenced[Application](ctx, s.db, applicationRefs, tenantID, pageSize, pageToken)
+	return list[Application](ctx, s, applications, tenantID, pageSize, pageToken)
 }
 
 // UpdateApplication changes the fields of the patch that are not nil. A new
@@ -243,13 +191,13 @@ func (s *Service) ListApplications(ctx context.Context, tenantID string, pageSiz
 // returns the application unchanged.
 func (s *Service) UpdateApplication(ctx context.Context, tenantID, id string, p ApplicationPatch) (_ Application, err error) {
 	defer repolock.WrapOp(&err, "apps.UpdateApplication")
-	return updateReferenced[Application](ctx, s, applicationRefs, tenantID, id,
-		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Path, p.TargetRevision}})
+	return update[Application](ctx, s, applications, tenantID, id,
+		change{name: p.Name, repoURL: p.RepoURL, own: []*string{p.Path, p.TargetRevision}})
 }
 
 // DeleteApplication deletes the tenant's application id and releases its
 // lock if it was the last reference, in one transaction.
 func (s *Service) DeleteApplication(ctx context.Context, tenantID, id string) (err error) {
 	defer repolock.WrapOp(&err, "apps.DeleteApplication")
-	return s.deleteReferencing(ctx, applicationRefs, tenantID, id)
+	return s.remove(ctx, applications, tenantID, id)
 }

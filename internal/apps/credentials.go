@@ -7,7 +7,6 @@ import (
 	"unicode"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/pagetoken"
 )
@@ -150,70 +149,19 @@ func credentialRepoURL(n *normalize.Normalizer, raw string) (normalize.Key, stri
 	return key, stored, nil
 }
 
-// credentialRefs is the Repository Credential kind of row.
-var credentialRefs = &refs{
-	noun: "repository credential", what: "a repository credential",
-	sql: refsSQL{
-		get: `
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
-	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
-	WHERE a.id = $1 AND a.cluster_user_id = $2`,
-		locked: `
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
-	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
-	WHERE a.id = $1`,
-		list: `
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, coalesce(r.lock_id::text, '') AS lock_id
-	FROM repository_credentials a LEFT JOIN RepositoryLockRepositoryCredential r ON r.repository_credential_id = a.id
-	WHERE a.cluster_user_id = $1 AND (a.created_at, a.id) > ($2::timestamptz, $3::uuid)
-	ORDER BY a.created_at, a.id
-	LIMIT $4`,
-		create: `
-	WITH a AS (
-		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING *
-	), ref AS (
-		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) SELECT a.id, $7::uuid FROM a
-	)
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $7::uuid::text AS lock_id FROM a`,
-		createWithNewLock: `
-	WITH ` + newRowsInput + `, ` + locks.NewLocksCTE + `, a AS (
-		INSERT INTO repository_credentials (cluster_user_id, name, repo_url, normalized_url, username, secret_ref)
-		SELECT input.tenant, input.name, input.repo_url, lock.git_repository_url, input.x0, input.x1
-		FROM input JOIN lock ON lock.git_repository_url = input.key AND lock.cluster_user_id = input.tenant
-		ORDER BY input.tenant, input.name
-		RETURNING *
-	), ref AS (
-		INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id)
-		SELECT a.id, lock.id FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id
-	)
-	SELECT a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, lock.id::text AS lock_id
-	FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id`,
-		update: `
-	UPDATE repository_credentials a
-	SET name = $3, repo_url = $4, normalized_url = $5, username = $6, secret_ref = $7, updated_at = now()
-	WHERE a.id = $1 AND a.cluster_user_id = $2
-	RETURNING a.id, a.cluster_user_id, a.name, a.repo_url, a.normalized_url, a.username, a.secret_ref, a.created_at, a.updated_at, $8::text AS lock_id`,
-		lockRow: `SELECT id FROM repository_credentials WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`,
-		setRef: `
-	INSERT INTO RepositoryLockRepositoryCredential (repository_credential_id, lock_id) VALUES ($1, $2)
-	ON CONFLICT (repository_credential_id) DO UPDATE SET lock_id = EXCLUDED.lock_id`,
-		delete: `
-	WITH ref AS (DELETE FROM RepositoryLockRepositoryCredential WHERE repository_credential_id = $1 RETURNING lock_id),
-	gone AS (DELETE FROM repository_credentials WHERE id = $1)
-	SELECT lock_id FROM ref`,
-	},
-	pageKind: pagetoken.KindRepositoryCredentials,
-	repoURL:  credentialRepoURL,
-	extra:    [2]column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
-}
+// credentials is the Repository Credential kind of row.
+var credentials = newKind(kind{
+	noun: "repository credential", what: "a repository credential", pageKind: pagetoken.KindRepositoryCredentials,
+	table: "repository_credentials", refTable: "RepositoryLockRepositoryCredential", refColumn: "repository_credential_id",
+	own:     []column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
+	repoURL: credentialRepoURL,
+})
 
 func (c RepositoryCredential) fields() fields {
 	return fields{
 		id: c.ID, createdAt: c.CreatedAt,
 		tenantID: c.TenantID, name: c.Name, repoURL: c.RepoURL, normalizedURL: c.NormalizedURL,
-		extra:  [2]string{c.Username, c.SecretRef},
+		own:    []string{c.Username, c.SecretRef},
 		lockID: c.LockID,
 	}
 }
@@ -223,34 +171,34 @@ func (c RepositoryCredential) fields() fields {
 // with the same fast path as CreateApplication.
 func (s *Service) CreateRepositoryCredential(ctx context.Context, tenantID string, in NewRepositoryCredential) (_ RepositoryCredential, err error) {
 	defer repolock.WrapOp(&err, "apps.CreateRepositoryCredential")
-	return createReferenced(ctx, s, credentialRefs, s.createCredential, tenantID,
-		change{name: &in.Name, repoURL: &in.RepoURL, extra: [2]*string{&in.Username, &in.SecretRef}})
+	return create(ctx, s, credentials, s.createCredential, tenantID,
+		change{name: &in.Name, repoURL: &in.RepoURL, own: []*string{&in.Username, &in.SecretRef}})
 }
 
 // GetRepositoryCredential returns the tenant's credential id.
 func (s *Service) GetRepositoryCredential(ctx context.Context, tenantID, id string) (_ RepositoryCredential, err error) {
 	defer repolock.WrapOp(&err, "apps.GetRepositoryCredential")
-	return getReferenced[RepositoryCredential](ctx, s.db, credentialRefs, tenantID, id)
+	return get[RepositoryCredential](ctx, s, credentials, tenantID, id)
 }
 
 // ListRepositoryCredentials returns one page of the tenant's credentials in
 // creation order and the token of the next page ("" after the last).
 func (s *Service) ListRepositoryCredentials(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []RepositoryCredential, _ string, err error) {
 	defer repolock.WrapOp(&err, "apps.ListRepositoryCredentials")
-	return listReferenced[RepositoryCredential](ctx, s.db, credentialRefs, tenantID, pageSize, pageToken)
+	return list[RepositoryCredential](ctx, s, credentials, tenantID, pageSize, pageToken)
 }
 
 // UpdateRepositoryCredential changes the fields of the patch that are not
 // nil, moving the credential's lock as UpdateApplication does.
 func (s *Service) UpdateRepositoryCredential(ctx context.Context, tenantID, id string, p RepositoryCredentialPatch) (_ RepositoryCredential, err error) {
 	defer repolock.WrapOp(&err, "apps.UpdateRepositoryCredential")
-	return updateReferenced[RepositoryCredential](ctx, s, credentialRefs, tenantID, id,
-		change{name: p.Name, repoURL: p.RepoURL, extra: [2]*string{p.Username, p.SecretRef}})
+	return update[RepositoryCredential](ctx, s, credentials, tenantID, id,
+		change{name: p.Name, repoURL: p.RepoURL, own: []*string{p.Username, p.SecretRef}})
 }
 
 // DeleteRepositoryCredential deletes the tenant's credential id and releases
 // its lock if it was the last reference, in one transaction.
 func (s *Service) DeleteRepositoryCredential(ctx context.Context, tenantID, id string) (err error) {
 	defer repolock.WrapOp(&err, "apps.DeleteRepositoryCredential")
-	return s.deleteReferencing(ctx, credentialRefs, tenantID, id)
+	return s.remove(ctx, credentials, tenantID, id)
 }

@@ -29,7 +29,7 @@ func New(db *database.DB, locks *locks.Service) *Service {
 	}
 	return &Service{
 		db: db, locks: locks,
-		createApplication: newCreateBatcher[Application](db, applicationRefs),
-		createCredential:  newCreateBatcher[RepositoryCredential](db, credentialRefs),
+		createApplication: newCreateBatcher[Application](db, applications),
+		createCredential:  newCreateBatcher[RepositoryCredential](db, credentials),
 	}
 }
