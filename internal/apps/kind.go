@@ -399,6 +399,9 @@ func get[T row](ctx context.Context, s *Service, k *kind, tenantID, id string) (
 // list returns one page of the tenant's rows of kind k in creation order
 // and the token of the next page ("" after the last).
 func list[T row](ctx context.Context, s *Service, k *kind, tenantID string, pageSize int, pageToken string) ([]T, string, error) {
+	if pageSize < 1 {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "page_size must be positive")
+	}
 	after, err := pagetoken.DecodeTimeID(k.pageKind, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
@@ -408,12 +411,10 @@ func list[T row](ctx context.Context, s *Service, k *kind, tenantID string, page
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
-	var next string
-	if len(out) > pageSize {
-		out = out[:pageSize]
-		last := out[len(out)-1].fields()
-		next = pagetoken.Encode(k.pageKind, tenantID, pagetoken.TimeID{CreatedAt: last.createdAt, ID: last.id})
-	}
+	out, next := pagetoken.Trim(out, pageSize, func(last T) string {
+		f := last.fields()
+		return pagetoken.Encode(k.pageKind, tenantID, pagetoken.TimeID{CreatedAt: f.createdAt, ID: f.id})
+	})
 	return out, next, nil
 }
 

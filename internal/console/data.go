@@ -25,6 +25,7 @@ import (
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
 )
@@ -79,18 +80,16 @@ const tenantRowSelect = `
 	FROM cluster_users u`
 
 // listTenants returns a page of tenants by name after the name after
-// (cluster_users_name_key), and whether more follow.
-func (d *data) listTenants(ctx context.Context, after string, size int) ([]tenantRow, bool, error) {
+// (cluster_users_name_key), and the after of the next page ("" after the
+// last).
+func (d *data) listTenants(ctx context.Context, after string, size int) ([]tenantRow, string, error) {
 	var rows []tenantRow
 	err := d.db.SelectContext(ctx, &rows, tenantRowSelect+` WHERE u.name > $1 ORDER BY u.name LIMIT $2`, after, size+1)
 	if err != nil {
-		return nil, false, database.MapError(err)
+		return nil, "", database.MapError(err)
 	}
-	more := len(rows) > size
-	if more {
-		rows = rows[:size]
-	}
-	return rows, more, nil
+	rows, next := pagetoken.Trim(rows, size, func(last tenantRow) string { return last.Name })
+	return rows, next, nil
 }
 
 func (d *data) tenant(ctx context.Context, name string) (tenantRow, error) {
@@ -269,12 +268,9 @@ func (d *data) holders(ctx context.Context, lockID, after string, size int) ([]h
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
-	next := ""
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[size-1]
-		next = holderCursor{Kind: last.Kind, CreatedAt: last.CreatedAt, ID: last.ID}.encode()
-	}
+	rows, next := pagetoken.Trim(rows, size, func(last holder) string {
+		return holderCursor{Kind: last.Kind, CreatedAt: last.CreatedAt, ID: last.ID}.encode()
+	})
 	return rows, next, nil
 }
 
@@ -341,21 +337,19 @@ func (f eventFilter) where() (string, []any) {
 
 const lockEventColumns = `id, event, git_repository_url, cluster_user_name, owner_user_name, created_at, count, last_at`
 
-// events returns a page of lock events, newest first, and whether more follow.
-func (d *data) events(ctx context.Context, f eventFilter, size int) ([]lockEvent, bool, error) {
+// events returns a page of lock events, newest first, and the before of the
+// next page (the last event's id; "" after the last page).
+func (d *data) events(ctx context.Context, f eventFilter, size int) ([]lockEvent, string, error) {
 	where, args := f.where()
 	args = append(args, size+1)
 	var rows []lockEvent
 	err := d.reportsDB.SelectContext(ctx, &rows, `SELECT `+lockEventColumns+` FROM repository_lock_events `+
 		where+` ORDER BY id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
-		return nil, false, database.MapError(err)
+		return nil, "", database.MapError(err)
 	}
-	more := len(rows) > size
-	if more {
-		rows = rows[:size]
-	}
-	return rows, more, nil
+	rows, next := pagetoken.Trim(rows, size, func(last lockEvent) string { return strconv.FormatInt(last.ID, 10) })
+	return rows, next, nil
 }
 
 // eachEvent calls fn for every event f selects, newest first, streaming
@@ -415,8 +409,10 @@ type syncHost struct {
 }
 
 // syncHosts returns a page of every tenant's hosts by (tenant, host) after
-// the given position, and whether more follow.
-func (d *data) syncHosts(ctx context.Context, afterTenant, afterHost string, size int) ([]syncHost, bool, error) {
+// the position after ("tenant/host", "" for the first page), and the after
+// of the next page ("" after the last).
+func (d *data) syncHosts(ctx context.Context, after string, size int) ([]syncHost, string, error) {
+	afterTenant, afterHost, _ := strings.Cut(after, "/")
 	var rows []syncHost
 	err := d.db.SelectContext(ctx, &rows, `
 		SELECT u.id AS tenant_id, u.name AS tenant, h.name, h.cursor, h.first_cursor_since_reset,
@@ -426,13 +422,10 @@ func (d *data) syncHosts(ctx context.Context, afterTenant, afterHost string, siz
 		WHERE (u.name, h.name) > ($1, $2 COLLATE "C")
 		ORDER BY u.name, h.name COLLATE "C" LIMIT $3`, afterTenant, afterHost, size+1)
 	if err != nil {
-		return nil, false, database.MapError(err)
+		return nil, "", database.MapError(err)
 	}
-	more := len(rows) > size
-	if more {
-		rows = rows[:size]
-	}
-	return rows, more, nil
+	rows, next := pagetoken.Trim(rows, size, func(last syncHost) string { return last.Tenant + "/" + last.Name })
+	return rows, next, nil
 }
 
 // needsIndex is a page of a host's repositories that need a re-index, with

@@ -178,13 +178,13 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 			c.fail(w, r, s, err)
 			return
 		}
-		evs, more, err := c.data.events(ctx, eventFilter{URL: key.String(), Before: before}, size)
+		evs, next, err := c.data.events(ctx, eventFilter{URL: key.String(), Before: before}, size)
 		if err != nil {
 			c.fail(w, r, s, err)
 			return
 		}
 		v.Events = evs
-		v.Pager = newPager(r, "before", nextBefore(evs, more))
+		v.Pager = newPager(r, "before", next)
 	case v.Tenant != "":
 		t, err := c.data.tenant(ctx, v.Tenant)
 		if err != nil {
@@ -206,13 +206,6 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 		v.Pager = newPager(r, "page_token", next)
 	}
 	c.render(w, r, http.StatusOK, "ownership", s, page)
-}
-
-func nextBefore(evs []lockEvent, more bool) string {
-	if !more || len(evs) == 0 {
-		return ""
-	}
-	return strconv.FormatInt(evs[len(evs)-1].ID, 10)
 }
 
 func int64Param(r *http.Request, name string) (int64, error) {
@@ -286,13 +279,13 @@ func (c *Console) denials(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, err)
 		return
 	}
-	evs, more, err := c.data.events(r.Context(), f, size)
+	evs, next, err := c.data.events(r.Context(), f, size)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
 	v.Events = evs
-	v.Pager = newPager(r, "before", nextBefore(evs, more))
+	v.Pager = newPager(r, "before", next)
 	csvURL := *r.URL
 	csvURL.Path = "/ui/denials.csv"
 	qq := csvURL.Query()
@@ -402,16 +395,10 @@ func (c *Console) syncPage(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, err)
 		return
 	}
-	afterTenant, afterHost, _ := strings.Cut(r.URL.Query().Get("after"), "/")
-	hosts, more, err := c.data.syncHosts(r.Context(), afterTenant, afterHost, size)
+	hosts, next, err := c.data.syncHosts(r.Context(), r.URL.Query().Get("after"), size)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
-	}
-	next := ""
-	if more {
-		last := hosts[len(hosts)-1]
-		next = last.Tenant + "/" + last.Name
 	}
 	c.render(w, r, http.StatusOK, "sync", s, view{Title: "Sync", Nav: "sync", Refresh: 30,
 		Body: syncView{Hosts: hosts, Pager: newPager(r, "after", next)}})
@@ -459,14 +446,10 @@ func (c *Console) renderTenants(w http.ResponseWriter, r *http.Request, s *sessi
 		c.fail(w, r, s, err)
 		return
 	}
-	ts, more, err := c.data.listTenants(r.Context(), r.URL.Query().Get("after"), size)
+	ts, next, err := c.data.listTenants(r.Context(), r.URL.Query().Get("after"), size)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
-	}
-	next := ""
-	if more {
-		next = ts[len(ts)-1].Name
 	}
 	v.Tenants = ts
 	v.Pager = newPagerOn("/ui/tenants", r, "after", next)

@@ -166,12 +166,9 @@ func (c *Collector) ListRuns(ctx context.Context, limit int, pageToken string) (
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
-	next := ""
-	if len(rows) > limit {
-		rows = rows[:limit]
-		last := rows[limit-1]
-		next = pagetoken.Encode(pagetoken.KindGCRuns, "", pagetoken.TimeID{CreatedAt: last.StartedAt, ID: last.ID})
-	}
+	rows, next := pagetoken.Trim(rows, limit, func(last runRow) string {
+		return pagetoken.Encode(pagetoken.KindGCRuns, "", pagetoken.TimeID{CreatedAt: last.StartedAt, ID: last.ID})
+	})
 	runs := make([]Run, len(rows))
 	for i, rr := range rows {
 		runs[i] = rr.run()

@@ -5,7 +5,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/repostate"
 )
 
@@ -40,29 +39,6 @@ type repoHandlers struct {
 	svc *repostate.Service
 }
 
-// nameToken is the page token after the last name of a page of the list
-// kind/scope, or "" when there is no next page.
-func nameToken(kind, scope, last string, more bool) string {
-	if !more {
-		return ""
-	}
-	return pagetoken.Encode(kind, scope, pagetoken.Name{Name: last})
-}
-
-// listParams reads page_size and page_token of the list kind/scope, and
-// returns the name to list after ("" for the first page).
-func listParams(c echo.Context, kind, scope string) (after string, size int, err error) {
-	p, err := ParsePage(c)
-	if err != nil {
-		return "", 0, err
-	}
-	cur, _, err := pagetoken.Decode[pagetoken.Name](kind, scope, p.Token)
-	if err != nil {
-		return "", 0, err
-	}
-	return cur.Name, p.Size, nil
-}
-
 type createRepositoryRequest struct {
 	Name             string `json:"name"`
 	StorageNamespace string `json:"storage_namespace"`
@@ -86,20 +62,15 @@ func (h repoHandlers) create(c echo.Context) error {
 }
 
 func (h repoHandlers) list(c echo.Context) error {
-	scope := Tenant(c).ID
-	after, size, err := listParams(c, pagetoken.KindRepositories, scope)
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	items, more, err := h.svc.List(c.Request().Context(), Tenant(c).ID, after, size)
+	items, next, err := h.svc.ListPage(c.Request().Context(), Tenant(c).ID, p.Size, p.Token)
 	if err != nil {
 		return err
 	}
-	last := ""
-	if len(items) > 0 {
-		last = items[len(items)-1].Name
-	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Repository]{Items: items, NextPageToken: nameToken(pagetoken.KindRepositories, scope, last, more)})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Repository]{Items: items, NextPageToken: next})
 }
 
 func (h repoHandlers) get(c echo.Context) error {
@@ -136,20 +107,15 @@ func (h repoHandlers) createBranch(c echo.Context) error {
 }
 
 func (h repoHandlers) listBranches(c echo.Context) error {
-	scope := pagetoken.Scope(Tenant(c).ID, c.Param("name"))
-	after, size, err := listParams(c, pagetoken.KindBranches, scope)
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	items, more, err := h.svc.ListBranches(c.Request().Context(), Tenant(c).ID, c.Param("name"), after, size)
+	items, next, err := h.svc.ListBranchesPage(c.Request().Context(), Tenant(c).ID, c.Param("name"), p.Size, p.Token)
 	if err != nil {
 		return err
 	}
-	last := ""
-	if len(items) > 0 {
-		last = items[len(items)-1].Name
-	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Branch]{Items: items, NextPageToken: nameToken(pagetoken.KindBranches, scope, last, more)})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Branch]{Items: items, NextPageToken: next})
 }
 
 func (h repoHandlers) getBranch(c echo.Context) error {
@@ -232,16 +198,15 @@ func (h repoHandlers) log(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	scope := pagetoken.Scope(Tenant(c).ID, c.Param("name"), branch)
-	from, size, err := listParams(c, pagetoken.KindCommits, scope)
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	items, next, err := h.svc.Log(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, from, size)
+	items, next, err := h.svc.LogPage(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, p.Size, p.Token)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Commit]{Items: items, NextPageToken: nameToken(pagetoken.KindCommits, scope, next, next != "")})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Commit]{Items: items, NextPageToken: next})
 }
 
 func (h repoHandlers) getCommit(c echo.Context) error {
@@ -270,20 +235,15 @@ func (h repoHandlers) createTag(c echo.Context) error {
 }
 
 func (h repoHandlers) listTags(c echo.Context) error {
-	scope := pagetoken.Scope(Tenant(c).ID, c.Param("name"))
-	after, size, err := listParams(c, pagetoken.KindTags, scope)
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	items, more, err := h.svc.ListTags(c.Request().Context(), Tenant(c).ID, c.Param("name"), after, size)
+	items, next, err := h.svc.ListTagsPage(c.Request().Context(), Tenant(c).ID, c.Param("name"), p.Size, p.Token)
 	if err != nil {
 		return err
 	}
-	last := ""
-	if len(items) > 0 {
-		last = items[len(items)-1].Name
-	}
-	return c.JSON(http.StatusOK, ListResponse[repostate.Tag]{Items: items, NextPageToken: nameToken(pagetoken.KindTags, scope, last, more)})
+	return c.JSON(http.StatusOK, ListResponse[repostate.Tag]{Items: items, NextPageToken: next})
 }
 
 func (h repoHandlers) getTag(c echo.Context) error {

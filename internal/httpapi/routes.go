@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/pagetoken"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -124,21 +123,13 @@ func (s *Server) createTenant(c echo.Context) error {
 }
 
 func (s *Server) listTenants(c echo.Context) error {
-	after, size, err := listParams(c, pagetoken.KindTenants, "")
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	us, err := s.cfg.Tenants.ListAfter(c.Request().Context(), after, size+1)
+	us, next, err := s.cfg.Tenants.ListPage(c.Request().Context(), p.Size, p.Token)
 	if err != nil {
 		return err
-	}
-	more := len(us) > size
-	if more {
-		us = us[:size]
-	}
-	next := ""
-	if more {
-		next = nameToken(pagetoken.KindTenants, "", us[len(us)-1].Name, true)
 	}
 	return c.JSON(http.StatusOK, ListResponse[tenants.Tenant]{Items: us, NextPageToken: next})
 }

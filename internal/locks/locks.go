@@ -429,6 +429,9 @@ func (s *Service) Get(ctx context.Context, tenantID, lockID string) (_ Lock, err
 // token of the next page ("" after the last).
 func (s *Service) List(ctx context.Context, tenantID string, pageSize int, pageToken string) (_ []Lock, _ string, err error) {
 	defer repolock.WrapOp(&err, "locks.List")
+	if pageSize < 1 {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "page_size must be positive")
+	}
 	after, err := pagetoken.DecodeTimeID(pagetoken.KindLocks, tenantID, pageToken)
 	if err != nil {
 		return nil, "", err
@@ -442,12 +445,9 @@ func (s *Service) List(ctx context.Context, tenantID string, pageSize int, pageT
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
-	var next string
-	if len(ls) > pageSize {
-		ls = ls[:pageSize]
-		last := ls[len(ls)-1]
-		next = pagetoken.Encode(pagetoken.KindLocks, tenantID, pagetoken.TimeID{CreatedAt: last.CreatedAt, ID: last.ID})
-	}
+	ls, next := pagetoken.Trim(ls, pageSize, func(last Lock) string {
+		return pagetoken.Encode(pagetoken.KindLocks, tenantID, pagetoken.TimeID{CreatedAt: last.CreatedAt, ID: last.ID})
+	})
 	return ls, next, nil
 }
 

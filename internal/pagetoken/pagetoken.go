@@ -193,3 +193,22 @@ func DecodeTimeID(kind, scope, token string) (TimeID, error) {
 	}
 	return c, err
 }
+
+// Trim cuts rows, fetched with a limit of size+1, to the page of the first
+// size rows. When rows held more than size, a next page exists and Trim
+// returns next(the page's last row) as its token; otherwise the token is
+// "" (the last page). rows is returned as it came (nil stays nil) when it
+// is not longer than size.
+//
+// size must be at least 1 (a page of 0 rows has no last row to continue
+// after); Trim panics otherwise. Every list validates its page size first.
+func Trim[T any](rows []T, size int, next func(last T) string) ([]T, string) {
+	if size < 1 {
+		panic("pagetoken: Trim of a page of size < 1")
+	}
+	if len(rows) <= size {
+		return rows, ""
+	}
+	rows = rows[:size]
+	return rows, next(rows[size-1])
+}

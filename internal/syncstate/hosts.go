@@ -191,11 +191,9 @@ func (s *Store) ListHosts(ctx context.Context, tenantID string, pageSize int, pa
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
-	next := ""
-	if len(rows) > size {
-		rows = rows[:size]
-		next = pagetoken.Encode(pagetoken.KindSyncHosts, tenantID, pagetoken.Name{Name: rows[size-1].Name})
-	}
+	rows, next := pagetoken.Trim(rows, size, func(last hostRow) string {
+		return pagetoken.Encode(pagetoken.KindSyncHosts, tenantID, pagetoken.Name{Name: last.Name})
+	})
 	hosts := make([]Host, len(rows))
 	for i, r := range rows {
 		hosts[i] = r.host()

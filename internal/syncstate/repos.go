@@ -245,11 +245,10 @@ func (s *Store) listAll(ctx context.Context, tenantID string, h hostRow, tok pag
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}
-	if len(rows) > size {
-		rows = rows[:size]
-		return rows, pageToken{Repo: rows[size-1].Repo}.encode(scope), nil
-	}
-	return rows, "", nil
+	rows, next := pagetoken.Trim(rows, size, func(last Repository) string {
+		return pageToken{Repo: last.Repo}.encode(scope)
+	})
+	return rows, next, nil
 }
 
 // Needs-index queries of one host. $1 host id, then the keyset position and
@@ -270,9 +269,12 @@ func (s *Store) listNeedsIndex(ctx context.Context, h hostRow, tok pageToken, si
 		if err := s.db.SelectContext(ctx, &out, needsIndexByRevSQL, h.ID, tok.Repo, size+1); err != nil {
 			return nil, "", database.MapError(err)
 		}
-		if len(out) > size {
-			out = out[:size]
-			return out, pageToken{Phase: 1, Repo: out[size-1].Repo}.encode(scope), nil
+		var next string
+		out, next = pagetoken.Trim(out, size, func(last Repository) string {
+			return pageToken{Phase: 1, Repo: last.Repo}.encode(scope)
+		})
+		if next != "" {
+			return out, next, nil
 		}
 		// Phase 1 is done: fill the page from phase 2's start.
 		tok = pageToken{Phase: 2, Cursor: -1}
@@ -283,17 +285,16 @@ func (s *Store) listNeedsIndex(ctx context.Context, h hostRow, tok pageToken, si
 		h.ID, h.FirstCursorSinceReset, tok.Cursor, tok.Repo, room+1); err != nil {
 		return nil, "", database.MapError(err)
 	}
-	next := ""
-	if len(more) > room {
-		more = more[:room]
-		if room == 0 {
-			// The page is full of phase 1 rows and phase 2 has some:
-			// continue at phase 2's start.
-			next = pageToken{Phase: 2, Cursor: -1}.encode(scope)
-		} else {
-			last := more[room-1]
-			next = pageToken{Phase: 2, Cursor: last.FirstCursorSinceReset, Repo: last.Repo}.encode(scope)
+	if room == 0 {
+		// The page is full of phase 1 rows: continue at phase 2's start
+		// if phase 2 has some.
+		if len(more) > 0 {
+			return out, pageToken{Phase: 2, Cursor: -1}.encode(scope), nil
 		}
+		return out, "", nil
 	}
+	more, next := pagetoken.Trim(more, room, func(last Repository) string {
+		return pageToken{Phase: 2, Cursor: last.FirstCursorSinceReset, Repo: last.Repo}.encode(scope)
+	})
 	return append(out, more...), next, nil
 }

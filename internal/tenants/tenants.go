@@ -16,6 +16,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // Tenant is one customer of the service (a row of cluster_users).
@@ -157,15 +158,29 @@ func (s *Service) List(ctx context.Context) (_ []Tenant, err error) {
 	return us, database.MapError(err)
 }
 
-// ListAfter returns at most limit tenants whose name sorts after after
-// ("" for the first), ordered by name: one page of the admin list.
-func (s *Service) ListAfter(ctx context.Context, after string, limit int) (_ []Tenant, err error) {
-	defer repolock.WrapOp(&err, "tenants.ListAfter")
+// ListPage returns one page of the admin list of tenants, ordered by name:
+// at most pageSize tenants after the position of pageToken ("" for the
+// first page), and the token of the next page ("" after the last).
+func (s *Service) ListPage(ctx context.Context, pageSize int, pageToken string) (_ []Tenant, _ string, err error) {
+	defer repolock.WrapOp(&err, "tenants.ListPage")
+	if pageSize < 1 {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "page_size must be positive")
+	}
+	cur, _, err := pagetoken.Decode[pagetoken.Name](pagetoken.KindTenants, "", pageToken)
+	if err != nil {
+		return nil, "", err
+	}
 	us := []Tenant{}
 	// Served by the unique index on cluster_users (name).
 	err = s.db.SelectContext(ctx, &us, `SELECT id, name, display_name, created_at FROM cluster_users
-		WHERE name > $1 ORDER BY name LIMIT $2`, after, limit)
-	return us, database.MapError(err)
+		WHERE name > $1 ORDER BY name LIMIT $2`, cur.Name, pageSize+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	us, next := pagetoken.Trim(us, pageSize, func(last Tenant) string {
+		return pagetoken.Encode(pagetoken.KindTenants, "", pagetoken.Name{Name: last.Name})
+	})
+	return us, next, nil
 }
 
 const authenticateSQL = `
