@@ -434,7 +434,7 @@ func TestOwnership(t *testing.T) {
 
 	// Holders paginate: applications first, then credentials.
 	e.mustApp(alice.ID, "web2", "git@github.com:org/repo")
-	if _, err := apps.CreateRepositoryCredential(ctx, e.db, alice.ID, apps.NewRepositoryCredential{
+	if _, err := e.apps.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{
 		Name: "deploy", RepoURL: "https://github.com/org/repo", SecretRef: "vault:kv/deploy"}); err != nil {
 		t.Fatal(err)
 	}
@@ -679,7 +679,7 @@ func TestTenants(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no token shown:\n%s", r.Body)
 	}
-	u, err := tenants.Authenticate(ctx, e.db, m[1])
+	u, err := e.tenants.Authenticate(ctx, m[1])
 	if err != nil || u.Name != "alice" || u.DisplayName != "Alice's team" {
 		t.Fatalf("the shown token: %+v %v", u, err)
 	}
@@ -702,7 +702,7 @@ func TestTenants(t *testing.T) {
 		t.Errorf("Location %q", got)
 	}
 	wantContains(t, b.get(r.Header.Get("Location")), "Revoked 1 token(s) of alice.")
-	if _, err := tenants.Authenticate(ctx, e.db, m[1]); !repolock.IsCode(err, repolock.EUnauthenticated) {
+	if _, err := e.tenants.Authenticate(ctx, m[1]); !repolock.IsCode(err, repolock.EUnauthenticated) {
 		t.Fatalf("revoked token still works: %v", err)
 	}
 	wantStatus(t, b.post("/ui/tenants/nobody/revoke", form(csrf)), http.StatusNotFound)
@@ -781,13 +781,14 @@ func TestWhen(t *testing.T) {
 func TestSessionSharedAcrossReplicas(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.ui.cfg // another replica: same database, its own Console
-	other, err := New(Config{DB: e.db, AdminToken: testAdminToken, Now: e.clock.Now, Logger: cfg.Logger, Collector: cfg.Collector, Sync: cfg.Sync})
+	other, err := New(Config{DB: e.db, AdminToken: testAdminToken, Now: e.clock.Now, Logger: cfg.Logger, Collector: cfg.Collector, Sync: cfg.Sync,
+		Tenants: cfg.Tenants, Locks: cfg.Locks, Apps: cfg.Apps})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv2 := httptest.NewServer(other)
 	defer srv2.Close()
-	e2 := &env{t: t, db: e.db, ui: other, srv: srv2, clock: e.clock}
+	e2 := &env{t: t, db: e.db, ui: other, srv: srv2, clock: e.clock, tenants: e.tenants, apps: e.apps}
 
 	b1 := e.browser()
 	b1.signIn()

@@ -49,6 +49,10 @@ type env struct {
 	ui    *Console
 	srv   *httptest.Server
 	clock *clock
+	// The pool's services, the ones the console acts through (built once
+	// for db by httpapitest.Config, as `api serve` builds them).
+	tenants *tenants.Service
+	apps    *apps.Service
 }
 
 // newEnv serves a console on a fresh database, mounted on Echo as `api
@@ -61,9 +65,11 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	db := dbtest.New(t)
 	clk := &clock{now: time.Now()}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// The GC collector and the sync store, wired as `api serve` wires them.
+	// The GC collector, the sync store and the domain services, wired as
+	// `api serve` wires them.
 	api := httpapitest.Config(t, db, logger, testAdminToken)
-	cfg := Config{DB: db, AdminToken: testAdminToken, Now: clk.Now, Logger: logger, Collector: api.GC, Sync: api.Sync}
+	cfg := Config{DB: db, AdminToken: testAdminToken, Now: clk.Now, Logger: logger, Collector: api.GC, Sync: api.Sync,
+		Tenants: api.Tenants, Locks: api.Locks, Apps: api.Apps}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -75,7 +81,7 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	ui.Mount(e)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &env{t: t, db: db, ui: ui, srv: srv, clock: clk}
+	return &env{t: t, db: db, ui: ui, srv: srv, clock: clk, tenants: api.Tenants, apps: api.Apps}
 }
 
 // browser is an HTTP client with a cookie jar that does not follow
@@ -166,7 +172,7 @@ func form(csrf string, kv ...string) url.Values {
 
 func (e *env) tenant(name string) (tenants.Tenant, string) {
 	e.t.Helper()
-	u, tok, err := tenants.Create(context.Background(), e.db, name, "")
+	u, tok, err := e.tenants.Create(context.Background(), name, "")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -174,7 +180,7 @@ func (e *env) tenant(name string) (tenants.Tenant, string) {
 }
 
 func (e *env) app(tenantID, name, repoURL string) (apps.Application, error) {
-	return apps.CreateApplication(context.Background(), e.db, tenantID, apps.NewApplication{Name: name, RepoURL: repoURL})
+	return e.apps.CreateApplication(context.Background(), tenantID, apps.NewApplication{Name: name, RepoURL: repoURL})
 }
 
 func (e *env) mustApp(tenantID, name, repoURL string) apps.Application {

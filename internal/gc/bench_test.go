@@ -291,11 +291,13 @@ type latencies struct {
 func (l latencies) opsPerSec() float64 { return float64(l.ops) / l.elapsed.Seconds() }
 
 // clientsFor runs benchClients clients, each creating applications on new
-// URLs with apps.CreateApplication (lock, application and reference in one
-// transaction), for d, or, when during is set, until during returns.
+// URLs with the pool's apps.Service CreateApplication (lock, application and
+// reference in one transaction), for d, or, when during is set, until during
+// returns.
 func clientsFor(b *testing.B, db *database.DB, tenants []string, name string, d time.Duration, during func()) latencies {
 	b.Helper()
 	ctx := context.Background()
+	as := svc(db).apps
 	stop := make(chan struct{})
 	var (
 		mu  sync.Mutex
@@ -318,7 +320,7 @@ func clientsFor(b *testing.B, db *database.DB, tenants []string, name string, d 
 				default:
 				}
 				s := time.Now()
-				_, err := apps.CreateApplication(ctx, db, tenants[c%len(tenants)], apps.NewApplication{
+				_, err := as.CreateApplication(ctx, tenants[c%len(tenants)], apps.NewApplication{
 					Name:    fmt.Sprintf("%s-%d-%d", name, c, i),
 					RepoURL: fmt.Sprintf("https://load.example.com/%s/c%d/r%d.git", name, c, i),
 				})

@@ -80,15 +80,15 @@ func TestReferenceRemovalFlagsTheLock(t *testing.T) {
 		}},
 		{name: "API: the application and the credential move to another URL", gone: true, remove: func(t *testing.T, f fixture) {
 			u := "https://git.example.com/t/moved-to"
-			if _, err := apps.UpdateApplication(context.Background(), f.db, f.tenant, f.app, apps.ApplicationPatch{RepoURL: &u}); err != nil {
+			if _, err := svc(f.db).apps.UpdateApplication(context.Background(), f.tenant, f.app, apps.ApplicationPatch{RepoURL: &u}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := apps.UpdateRepositoryCredential(context.Background(), f.db, f.tenant, f.cred, apps.RepositoryCredentialPatch{RepoURL: &u}); err != nil {
+			if _, err := svc(f.db).apps.UpdateRepositoryCredential(context.Background(), f.tenant, f.cred, apps.RepositoryCredentialPatch{RepoURL: &u}); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{name: "API: tenant deletion", gone: true, remove: func(t *testing.T, f fixture) {
-			if _, err := apps.DeleteTenant(context.Background(), f.db, f.name); err != nil {
+			if _, err := svc(f.db).apps.DeleteTenant(context.Background(), f.name); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -13,8 +13,6 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
-	"github.com/repolock/repolock/internal/locks"
-	"github.com/repolock/repolock/internal/normalize"
 )
 
 // GC runs back to back, with no minimum age and tiny batches (of every four
@@ -54,6 +52,8 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 	rawURL := func(tenant, n int) string {
 		return fmt.Sprintf("https://git.example.com/org-%d/repo-%d.git", tenant, n)
 	}
+
+	as := svc(db).apps
 
 	// GC loop.
 	c := newCollector(db, gc.Config{})
@@ -170,11 +170,11 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 					var err error
 					if p%2 == 0 {
 						var app apps.Application
-						app, err = apps.CreateApplication(ctx, db, tenantID, apps.NewApplication{Name: name, RepoURL: u})
+						app, err = as.CreateApplication(ctx, tenantID, apps.NewApplication{Name: name, RepoURL: u})
 						r = row{id: app.ID}
 					} else {
 						var cred apps.RepositoryCredential
-						cred, err = apps.CreateRepositoryCredential(ctx, db, tenantID, apps.NewRepositoryCredential{Name: name, RepoURL: u, SecretRef: "k8s://ns/s"})
+						cred, err = as.CreateRepositoryCredential(ctx, tenantID, apps.NewRepositoryCredential{Name: name, RepoURL: u, SecretRef: "k8s://ns/s"})
 						r = row{credential: true, id: cred.ID}
 					}
 					if err != nil {
@@ -188,9 +188,9 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 					r := mine[k]
 					var err error
 					if r.credential {
-						err = apps.DeleteRepositoryCredential(ctx, db, tenantID, r.id)
+						err = as.DeleteRepositoryCredential(ctx, tenantID, r.id)
 					} else {
-						err = apps.DeleteApplication(ctx, db, tenantID, r.id)
+						err = as.DeleteApplication(ctx, tenantID, r.id)
 					}
 					if err != nil {
 						fail("delete", err)
@@ -221,9 +221,9 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 					r := mine[rng.IntN(len(mine))]
 					var err error
 					if r.credential {
-						_, err = apps.UpdateRepositoryCredential(ctx, db, tenantID, r.id, apps.RepositoryCredentialPatch{RepoURL: &u})
+						_, err = as.UpdateRepositoryCredential(ctx, tenantID, r.id, apps.RepositoryCredentialPatch{RepoURL: &u})
 					} else {
-						_, err = apps.UpdateApplication(ctx, db, tenantID, r.id, apps.ApplicationPatch{RepoURL: &u})
+						_, err = as.UpdateApplication(ctx, tenantID, r.id, apps.ApplicationPatch{RepoURL: &u})
 					}
 					if err != nil {
 						fail("move", err)
@@ -252,18 +252,18 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 				name := fmt.Sprintf("ephemeral-%d-%d", w, i)
 				id := dbtest.NewTenant(t, db, name).ID
 				u := func(n int) string { return fmt.Sprintf("https://git.example.com/%s/repo-%d.git", name, n) }
-				_, err := apps.CreateApplication(ctx, db, id, apps.NewApplication{Name: "a", RepoURL: u(0)})
+				_, err := as.CreateApplication(ctx, id, apps.NewApplication{Name: "a", RepoURL: u(0)})
 				if err == nil {
-					_, err = apps.CreateApplication(ctx, db, id, apps.NewApplication{Name: "b", RepoURL: u(0)})
+					_, err = as.CreateApplication(ctx, id, apps.NewApplication{Name: "b", RepoURL: u(0)})
 				}
 				if err == nil {
-					_, err = apps.CreateRepositoryCredential(ctx, db, id, apps.NewRepositoryCredential{Name: "c", RepoURL: u(1), SecretRef: "k8s://ns/s"})
+					_, err = as.CreateRepositoryCredential(ctx, id, apps.NewRepositoryCredential{Name: "c", RepoURL: u(1), SecretRef: "k8s://ns/s"})
 				}
 				if err == nil {
 					err = leak(ctx, db, id, u(2))
 				}
 				if err == nil && i%2 == 0 {
-					_, err = apps.DeleteTenant(ctx, db, name)
+					_, err = as.DeleteTenant(ctx, name)
 				} else if err == nil {
 					err = db.WithTx(ctx, func(tx database.Tx) error {
 						_, err := tx.ExecContext(ctx, `DELETE FROM cluster_users WHERE id = $1`, id)
@@ -336,12 +336,14 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 // leak acquires the lock on rawURL for the tenant and commits without a
 // reference, as a request that dies after acquiring does.
 func leak(ctx context.Context, db *database.DB, tenantID, rawURL string) error {
-	key, err := normalize.RepoURL(rawURL)
+	ls := svc(db).locks
+	n := ls.Rules()
+	key, err := n.RepoURL(rawURL)
 	if err != nil {
 		return err
 	}
 	return db.WithTx(ctx, func(tx database.Tx) error {
-		acq, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenantID, string(key))
+		acq, err := ls.AcquireTx(ctx, tx, n, tenantID, key)
 		if err == nil && !acq.Acquired {
 			err = fmt.Errorf("claimed by %s", acq.Owner)
 		}

@@ -107,7 +107,7 @@ func TestCollectRunsTheCleaner(t *testing.T) {
 			if run.Status != wantStatus || run.Scanned != 3 || run.Deleted != wantDeleted {
 				t.Fatalf("run = %s scanned %d deleted %d; want %s 3 %d", run.Status, run.Scanned, run.Deleted, wantStatus, wantDeleted)
 			}
-			recorded, err := gc.GetRun(ctx, db, run.ID)
+			recorded, err := c.GetRun(ctx, run.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func TestCleanRunsOnlyTheCleaner(t *testing.T) {
 	if got := lockURLs(t, db); !equalStrings(got, locks) {
 		t.Fatalf("Clean touched the locks: %v", got)
 	}
-	recorded, err := gc.GetRun(ctx, db, run.ID)
+	recorded, err := c.GetRun(ctx, run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

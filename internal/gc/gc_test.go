@@ -237,7 +237,7 @@ func TestCollectRecordsTheRun(t *testing.T) {
 	if run.ID == "" || run.FinishedAt == nil || run.StartedAt.IsZero() {
 		t.Fatalf("run not recorded: %+v", run)
 	}
-	got, err := gc.GetRun(ctx, db, run.ID)
+	got, err := c.GetRun(ctx, run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestDryRunDeletesNothing(t *testing.T) {
 	if n := len(collectedEvents(t, db)); n != 0 {
 		t.Fatalf("dry run wrote %d collected events", n)
 	}
-	got, err := gc.GetRun(ctx, db, run.ID)
+	got, err := newCollector(db, gc.Config{}).GetRun(ctx, run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +569,7 @@ func TestCollectFailureIsRecorded(t *testing.T) {
 	if run.Status != gc.StatusFailed || run.Deleted != before || !strings.Contains(run.Error, "injected failure") {
 		t.Fatalf("run = %s deleted %d error %q; want failed, %d, injected failure", run.Status, run.Deleted, run.Error, before)
 	}
-	got, err := gc.GetRun(ctx, db, run.ID)
+	got, err := newCollector(db, gc.Config{}).GetRun(ctx, run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,22 +5,53 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// services are the domain services of one test database, built once per
+// pool as cmd/api builds them once per process: locks and apps own the
+// pool's batchers. They key under the built-in rules.
+type services struct {
+	tenants *tenants.Service
+	locks   *locks.Service
+	apps    *apps.Service
+}
+
+var (
+	servicesMu sync.Mutex
+	servicesOf = map[*database.DB]*services{}
+)
+
+// svc returns db's services, building them on first use.
+func svc(db *database.DB) *services {
+	servicesMu.Lock()
+	defer servicesMu.Unlock()
+	s, ok := servicesOf[db]
+	if !ok {
+		l := locks.New(db, normalize.Static(normalize.Default()))
+		s = &services{tenants: tenants.New(db, nil), locks: l, apps: apps.New(db, l)}
+		servicesOf[db] = s
+	}
+	return s
+}
+
 func newCollector(db *database.DB, cfg gc.Config) *gc.Collector {
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
-	return gc.New(db, cfg)
+	return gc.New(db, svc(db).locks, cfg)
 }
 
 func mustExec(t testing.TB, q database.Querier, query string, args ...any) {
@@ -104,5 +135,5 @@ func (f cleanerFunc) Run(ctx context.Context) (repostate.CleanerResult, error) {
 // repostate Cleaner on db's kv table, retiring deleted tenants' repositories.
 func repositoryCleaner(db *database.DB) gc.Cleaner {
 	return repostate.NewCleaner(db, repostate.CleanerConfig{Logger: quietLogger(),
-		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})
+		TenantExists: svc(db).tenants.Exists})
 }

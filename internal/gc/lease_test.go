@@ -119,7 +119,7 @@ func TestLeaseHeldByAnotherProcess(t *testing.T) {
 			if run.Status != tt.wantStatus {
 				t.Fatalf("status = %s, want %s", run.Status, tt.wantStatus)
 			}
-			other, err := gc.GetRun(ctx, db, otherRun)
+			other, err := newCollector(db, gc.Config{}).GetRun(ctx, otherRun)
 			if err != nil {
 				t.Fatal(err)
 			}

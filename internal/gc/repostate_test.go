@@ -38,7 +38,7 @@ func TestCollectWithTheRepositoryCleaner(t *testing.T) {
 	if run.Deleted != 3 || run.Cleaner == nil || *run.Cleaner != want {
 		t.Fatalf("run deleted %d locks, cleaner %+v; want 3 and %+v", run.Deleted, run.Cleaner, want)
 	}
-	recorded, err := gc.GetRun(ctx, db, run.ID)
+	recorded, err := c.GetRun(ctx, run.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

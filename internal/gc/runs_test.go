@@ -31,11 +31,12 @@ func TestListRunsPages(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	c := newCollector(db, gc.Config{})
 	var got []string
 	token := ""
 	pages := 0
 	for {
-		runs, next, err := gc.ListRuns(ctx, db, 2, token)
+		runs, next, err := c.ListRuns(ctx, 2, token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,13 +55,13 @@ func TestListRunsPages(t *testing.T) {
 	if pages != 3 || !equalStrings(got, want) {
 		t.Fatalf("pages %d, holders %v; want 3 pages of %v", pages, got, want)
 	}
-	if _, _, err := gc.ListRuns(ctx, db, 2, "not-a-token"); repolock.ErrorCode(err) != repolock.EInvalid {
+	if _, _, err := c.ListRuns(ctx, 2, "not-a-token"); repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("bad token: err = %v, want invalid_argument", err)
 	}
-	if _, err := gc.GetRun(ctx, db, "nope"); repolock.ErrorCode(err) != repolock.ENotFound {
+	if _, err := c.GetRun(ctx, "nope"); repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("GetRun(bad id): err = %v, want not_found", err)
 	}
-	if _, err := gc.GetRun(ctx, db, "00000000-0000-0000-0000-000000000001"); repolock.ErrorCode(err) != repolock.ENotFound {
+	if _, err := c.GetRun(ctx, "00000000-0000-0000-0000-000000000001"); repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("GetRun(missing): err = %v, want not_found", err)
 	}
 }
@@ -196,7 +197,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// The last success is the finish time of the latest run that is not a
 	// dry run.
-	last, err := gc.GetRun(ctx, db, mustLatestRun(t, db))
+	last, err := c.GetRun(ctx, mustLatestRun(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 func TestRekeyConcurrentWithTraffic(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
+	as, rs := svc(db).apps, svc(db).rekey
 	ctx := t.Context()
 	const repos = 120
 	x := dbtest.NewTenant(t, db, "xavier").ID
@@ -82,12 +83,12 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 	}
 	// xavier: new applications on the v2 key of a repository, deleted again.
 	worker("create-delete", func(r *rand.Rand, n int) error {
-		a, err := apps.CreateApplication(ctx, db, x, apps.NewApplication{Name: fmt.Sprintf("new-%d", n), RepoURL: url(r.IntN(repos))})
+		a, err := as.CreateApplication(ctx, x, apps.NewApplication{Name: fmt.Sprintf("new-%d", n), RepoURL: url(r.IntN(repos))})
 		if err != nil {
 			return allowed(err, repolock.ERepositoryClaimed) // yolanda took the v2 key first
 		}
 		if n%2 == 0 {
-			return apps.DeleteApplication(ctx, db, x, a.ID)
+			return as.DeleteApplication(ctx, x, a.ID)
 		}
 		return nil
 	})
@@ -102,7 +103,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return allowed(apps.DeleteApplication(ctx, db, x, id), repolock.ENotFound)
+		return allowed(as.DeleteApplication(ctx, x, id), repolock.ENotFound)
 	})
 	// xavier: move v1 credentials to another repository and back.
 	worker("update-v1", func(r *rand.Rand, n int) error {
@@ -112,14 +113,14 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 			return err
 		}
 		u := url(r.IntN(repos))
-		_, err = apps.UpdateRepositoryCredential(ctx, db, x, id, apps.RepositoryCredentialPatch{RepoURL: &u})
+		_, err = as.UpdateRepositoryCredential(ctx, x, id, apps.RepositoryCredentialPatch{RepoURL: &u})
 		return allowed(err, repolock.ENotFound, repolock.ERepositoryClaimed)
 	})
 	// yolanda: tries to claim every fourth repository (denied when xavier
 	// holds the v2 key, granted while only xavier's v1 key exists: then
 	// re-keying must report the conflict and leave xavier's lock alone).
 	worker("other-tenant", func(r *rand.Rand, n int) error {
-		_, err := apps.CreateApplication(ctx, db, y, apps.NewApplication{Name: fmt.Sprintf("y-%d", n), RepoURL: url(4 * r.IntN(repos/4))})
+		_, err := as.CreateApplication(ctx, y, apps.NewApplication{Name: fmt.Sprintf("y-%d", n), RepoURL: url(4 * r.IntN(repos/4))})
 		return allowed(err, repolock.ERepositoryClaimed)
 	})
 	// Every unreferenced lock is a GC candidate in every snapshot (one
@@ -140,7 +141,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	collector := gc.New(db, gc.Config{Logger: quiet, Metrics: metrics})
+	collector := gc.New(db, svc(db).locks, gc.Config{Logger: quiet, Metrics: metrics})
 	worker("gc", func(r *rand.Rand, n int) error {
 		opts := gc.DefaultOptions(gc.TriggerCLI)
 		opts.MinAge = 0
@@ -149,7 +150,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 	})
 	started.Wait()
 	before := ops.Load()
-	rep, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{BatchSize: 10, Logger: quiet})
+	rep, err := rs.Run(ctx, normalize.Default(), rekey.Options{BatchSize: 10, Logger: quiet})
 	during := ops.Load() - before
 	close(stop)
 	done.Wait()
@@ -165,11 +166,11 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 
 	// Traffic has stopped: a run now settles what the first could not see
 	// (locks it found gone or current), then a further run must move nothing.
-	settle, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{Logger: quiet})
+	settle, err := rs.Run(ctx, normalize.Default(), rekey.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{Logger: quiet})
+	again, err := rs.Run(ctx, normalize.Default(), rekey.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,12 +120,13 @@ func populateV1(t *testing.T, db *database.DB) {
 func TestRekeyVersion1Database(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
+	rs := svc(db).rekey
 	populateV1(t, db)
 	before := snapshot(t, db)
 	ctx := t.Context()
 
 	// A dry run reports and changes nothing.
-	dry, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{DryRun: true, BatchSize: 2})
+	dry, err := rs.Run(ctx, normalize.Default(), rekey.Options{DryRun: true, BatchSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestRekeyVersion1Database(t *testing.T) {
 		t.Fatalf("dry run changed rows:\n%v\n%v", before, got)
 	}
 
-	rep, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{BatchSize: 2})
+	rep, err := rs.Run(ctx, normalize.Default(), rekey.Options{BatchSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestRekeyVersion1Database(t *testing.T) {
 
 	// A second run moves nothing and writes nothing; the conflicts stay
 	// reported.
-	again, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{})
+	again, err := rs.Run(ctx, normalize.Default(), rekey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestRekeyVersion1Database(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `DELETE FROM applications WHERE name = 'tilde'`); err != nil {
 		t.Fatal(err)
 	}
-	third, err := rekey.Run(ctx, db, normalize.Default(), rekey.Options{})
+	third, err := rs.Run(ctx, normalize.Default(), rekey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,23 +250,24 @@ func TestRekeyVersion1Database(t *testing.T) {
 func TestRekeyConfiguredAliases(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
+	rs := svc(db).rekey
 	ctx := t.Context()
 	ann := dbtest.NewTenant(t, db, "ann").ID
 	// Written under v2 without aliases: two keys for one GitLab repository.
 	insertV1(t, db, ann, "gitlab.example.com+2222/g/r", 2, v1Ref{"application", "ssh", "ssh://git@gitlab.example.com:2222/g/r.git"})
 	insertV1(t, db, ann, "gitlab.example.com/g/r", 2, v1Ref{"application", "https", "https://gitlab.example.com/g/r"})
-	n0, err := rekey.Load(ctx, db)
+	n0, err := rs.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := rekey.Run(ctx, db, n0, rekey.Options{}); err != nil || rep.StaleLocks != 0 {
+	if rep, err := rs.Run(ctx, n0, rekey.Options{}); err != nil || rep.StaleLocks != 0 {
 		t.Fatalf("without aliases: %+v, %v", rep, err)
 	}
 	src, err := rekey.NewSource(ctx, db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rekey.AddAlias(ctx, db, "GitLab.example.com+2222", "gitlab.example.com"); err != nil {
+	if _, err := rs.AddAlias(ctx, "GitLab.example.com+2222", "gitlab.example.com"); err != nil {
 		t.Fatal(err)
 	}
 	// A running service keys with the set it loaded until it refreshes.
@@ -278,14 +280,14 @@ func TestRekeyConfiguredAliases(t *testing.T) {
 	if k, err := src.Current().RepoURL("ssh://git@gitlab.example.com:2222/g/r"); err != nil || k != "gitlab.example.com/g/r" {
 		t.Fatalf("after a refresh: %q, %v", k, err)
 	}
-	n, err := rekey.Load(ctx, db)
+	n, err := rs.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n.Fingerprint() == "" || n.Fingerprint() != src.Current().Fingerprint() {
 		t.Fatalf("fingerprints %q, %q", n.Fingerprint(), src.Current().Fingerprint())
 	}
-	rep, err := rekey.Run(ctx, db, n, rekey.Options{})
+	rep, err := rs.Run(ctx, n, rekey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 	o := gc.DefaultOptions(gc.TriggerCLI)
 	o.BatchSize, o.MinAge, o.DryRun = 1000, time.Minute, true
 	var err error
-	collector := gc.New(db, gc.Config{Holder: "reporter", Logger: slog.New(slog.DiscardHandler)})
+	collector := gc.New(db, svc(db).locks, gc.Config{Holder: "reporter", Logger: slog.New(slog.DiscardHandler)})
 	if w.dryRun, err = collector.Collect(ctx, o); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 		RETURNING id`); err != nil {
 		t.Fatal(err)
 	}
-	if w.failedRun, err = gc.GetRun(ctx, db, failedID); err != nil {
+	if w.failedRun, err = collector.GetRun(ctx, failedID); err != nil {
 		t.Fatal(err)
 	}
 	if r := w.failedRun; !r.Full || r.Candidates != 12 || r.Cleared != 5 || r.Flagged != 1 {
@@ -131,10 +131,11 @@ func seedReportWorld(t *testing.T, db *database.DB) reportWorld {
 	return w
 }
 
-// reportJSON runs a report inside tx and decodes its JSON output.
-func reportJSON(t *testing.T, tx database.Tx, name string) (cols []string, items []map[string]any) {
+// reportJSON runs a report on db (inOneTx's pool: inside its transaction)
+// and decodes its JSON output.
+func reportJSON(t *testing.T, db *database.DB, name string) (cols []string, items []map[string]any) {
 	t.Helper()
-	rr, err := reports.Open(context.Background(), tx, name, 0)
+	rr, err := svc(db).reports.Open(context.Background(), name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,15 +169,11 @@ func num(v any) json.Number { return json.Number(fmt.Sprint(v)) }
 func TestReportViews(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
+	db, dbURL := dbtest.NewWithURL(t)
 	w := seedReportWorld(t, db)
 
 	// One transaction: now() is fixed, so ages are exact.
-	tx, err := db.BeginTxx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
+	tx := inOneTx(t, dbURL)
 	var now time.Time
 	if err := tx.GetContext(ctx, &now, `SELECT now()`); err != nil {
 		t.Fatal(err)
@@ -320,6 +317,11 @@ func TestReportViews(t *testing.T) {
 	if got := items[1]["duration_seconds"]; got != json.Number("1.235") {
 		t.Fatalf("failed run duration = %v, want 1.235", got)
 	}
+	// Every report above ran in the one transaction.
+	var end time.Time
+	if err := tx.GetContext(ctx, &end, `SELECT now()`); err != nil || !end.Equal(now) {
+		t.Fatalf("now() = %v (%v), want %v: the reports did not run in one transaction", end, err, now)
+	}
 }
 
 func TestReportFormats(t *testing.T) {
@@ -364,7 +366,7 @@ func TestReportFormats(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s limit %d", tt.report, tt.format, tt.limit), func(t *testing.T) {
-			rr, err := reports.Open(ctx, db, tt.report, tt.limit)
+			rr, err := svc(db).reports.Open(ctx, tt.report, tt.limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -383,7 +385,7 @@ func TestReportFormats(t *testing.T) {
 func TestUnknownReport(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	_, err := reports.Open(context.Background(), db, "users; DROP TABLE x", 0)
+	_, err := svc(db).reports.Open(context.Background(), "users; DROP TABLE x", 0)
 	if repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("err = %v, want not_found", err)
 	}
@@ -395,7 +397,7 @@ func TestUnknownReport(t *testing.T) {
 	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts"}) {
 		t.Fatalf("valid_names = %v", names)
 	}
-	if _, err := reports.Open(context.Background(), db, "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
+	if _, err := svc(db).reports.Open(context.Background(), "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("negative limit: err = %v, want invalid_argument", err)
 	}
 	if _, err := reports.ParseFormat("xml", reports.FormatJSON, reports.FormatCSV); repolock.ErrorCode(err) != repolock.EInvalid ||

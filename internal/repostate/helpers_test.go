@@ -18,6 +18,7 @@ import (
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/repostate/kv"
 	"github.com/repolock/repolock/internal/repostate/kv/kvtest"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
 // clock is a settable clock for tests.
@@ -51,6 +52,8 @@ type env struct {
 	svc     *repostate.Service
 	clock   *clock
 	cleaner *repostate.Cleaner
+	// tenants is the tenants service on db (no token cache).
+	tenants *tenants.Service
 }
 
 const initialTimeout = 2 * time.Minute
@@ -64,7 +67,7 @@ func newEnv(t *testing.T) *env {
 
 func newEnvWithDB(t *testing.T, db *database.DB) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), db: db, clock: newClock()}
+	e := &env{t: t, ctx: context.Background(), db: db, clock: newClock(), tenants: tenants.New(db, nil)}
 	e.raw = kv.NewPostgres(db)
 	e.faults = kvtest.NewFaultStore(e.raw)
 	e.svc = e.service(e.faults, repostate.RetryPolicy{})

@@ -9,7 +9,6 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/repostate/kv/kvtest"
-	"github.com/repolock/repolock/internal/tenants"
 )
 
 // stuckInitial creates a repository whose create dies after writing the
@@ -223,7 +222,7 @@ func TestCleanerRetiresDeletedTenants(t *testing.T) {
 	e := newEnv(t)
 	var gone, kept string
 	for name, id := range map[string]*string{"gone": &gone, "kept": &kept} {
-		u, _, err := tenants.Create(e.ctx, e.db, name, "")
+		u, _, err := e.tenants.Create(e.ctx, name, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +232,7 @@ func TestCleanerRetiresDeletedTenants(t *testing.T) {
 	b := e.create(gone, "second")
 	k := e.create(kept, "first")
 	cleaner := repostate.NewCleaner(e.db, repostate.CleanerConfig{Now: e.clock.Now, Logger: quiet,
-		TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, e.db, id) }})
+		TenantExists: e.tenants.Exists})
 	res, err := cleaner.Run(e.ctx)
 	if err != nil || res != (repostate.CleanerResult{}) {
 		t.Fatalf("Cleaner with every tenant present = %+v, %v", res, err)
