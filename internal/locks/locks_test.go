@@ -597,6 +597,90 @@ func TestOwnerOf(t *testing.T) {
 	}
 }
 
+// TestKeysCheckedUnderServiceRules: a service keys and checks keys under
+// the rules it was built with, the deployment's aliases included, not
+// under the built-in rules. With the alias gitlab.example.com+2222 ->
+// gitlab.example.com, the SSH URL on port 2222 is keyed
+// gitlab.example.com/o/r and acquired and found under that key, with the
+// rule set of those rules; the key the built-in rules give the same URL,
+// gitlab.example.com+2222/o/r, is refused (invalid_argument) and writes
+// nothing.
+func TestKeysCheckedUnderServiceRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	from, err := normalize.ParseEndpoint("gitlab.example.com+2222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := normalize.ParseEndpoint("gitlab.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := normalize.New(normalize.Rules{Aliases: []normalize.Alias{{From: from, To: to}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := locks.New(db, normalize.Static(rules))
+	alice := dbtest.NewTenant(t, db, "alice")
+	const (
+		url     = "ssh://git@gitlab.example.com:2222/o/r"
+		aliased = normalize.Key("gitlab.example.com/o/r")
+		builtin = normalize.Key("gitlab.example.com+2222/o/r")
+	)
+	// The un-aliased key is what the built-in rules give the URL, and
+	// canonical under them: refusing it below is the alias's doing.
+	if k, err := normalize.RepoURL(url); err != nil || k != builtin {
+		t.Fatalf("built-in key of %s = %q %v, want %q", url, k, err, builtin)
+	}
+	if err := locks.ValidateKeyWith(normalize.Default(), builtin); err != nil {
+		t.Fatalf("%s under the built-in rules: %v", builtin, err)
+	}
+
+	key, err := ls.Rules().RepoURL(url)
+	if err != nil || key != aliased {
+		t.Fatalf("key of %s under the service's rules = %q %v, want %q", url, key, err, aliased)
+	}
+	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+	if err != nil || !acq.Acquired || acq.LockID == "" || acq.Owner != "" {
+		t.Fatalf("acquire %s: %+v %v", key, acq, err)
+	}
+	// The lock records the service's rule set: the version and the
+	// aliases' fingerprint.
+	var ruleSet string
+	if err := db.GetContext(ctx, &ruleSet, `SELECT normalizer_version || ':' || normalizer_rules FROM RepositoryLockOwner WHERE id = $1`, acq.LockID); err != nil || rules.Fingerprint() == "" || ruleSet != locks.RuleSet(rules) {
+		t.Fatalf("rule set %q %v, want %q (the service's rules)", ruleSet, err, locks.RuleSet(rules))
+	}
+	o, err := ls.OwnerOf(ctx, key)
+	if err != nil || o.LockID != acq.LockID || o.TenantID != alice.ID || o.TenantName != "alice" || o.NormalizedURL != aliased {
+		t.Fatalf("owner of %s: %+v %v", key, o, err)
+	}
+
+	// The un-aliased key: refused on the pool, in a transaction, and by
+	// the lookup.
+	acq, err = ls.Acquire(ctx, ls.Rules(), alice.ID, builtin)
+	if repolock.ErrorCode(err) != repolock.EInvalid || acq != (locks.Acquisition{}) {
+		t.Fatalf("acquire %s: %+v %v, want invalid_argument", builtin, acq, err)
+	}
+	err = db.WithTx(ctx, func(tx database.Tx) error {
+		acq, err := ls.AcquireTx(ctx, tx, ls.Rules(), alice.ID, builtin)
+		if acq != (locks.Acquisition{}) {
+			t.Errorf("AcquireTx %s: %+v", builtin, acq)
+		}
+		return err
+	})
+	if repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("AcquireTx %s: %v, want invalid_argument", builtin, err)
+	}
+	if _, err := ls.OwnerOf(ctx, builtin); repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("owner of %s: %v, want invalid_argument", builtin, err)
+	}
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT (SELECT count(*) FROM RepositoryLockOwner) + (SELECT count(*) FROM repository_lock_events)`); err != nil || n != 2 {
+		t.Fatalf("%d lock and event rows (%v), want 2: the lock on %s and its acquired event", n, err, aliased)
+	}
+}
+
 func TestClaimedError(t *testing.T) {
 	t.Parallel()
 	err := locks.ClaimedError("bob")
