@@ -10,7 +10,6 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/locks"
 )
 
 func ptr(s string) *string { return &s }
@@ -22,18 +21,19 @@ func TestReferenceCounting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, ls := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	const key = "github.com/acme/platform"
 
-	a1, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "a1", RepoURL: "https://github.com/acme/platform"})
+	a1, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "a1", RepoURL: "https://github.com/acme/platform"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "a2", RepoURL: "git@github.com:acme/platform.git", Path: "deploy/prod", TargetRevision: "v1.2.3"})
+	a2, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "a2", RepoURL: "git@github.com:acme/platform.git", Path: "deploy/prod", TargetRevision: "v1.2.3"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c1", RepoURL: "ssh://git@GitHub.com/Acme/Platform/", Username: "git", SecretRef: "k8s://argocd/platform-key"})
+	c1, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "c1", RepoURL: "ssh://git@GitHub.com/Acme/Platform/", Username: "git", SecretRef: "k8s://argocd/platform-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +69,9 @@ func TestReferenceCounting(t *testing.T) {
 		del         func() error
 		apps, creds int
 	}{
-		{func() error { return apps.DeleteApplication(ctx, db, alice.ID, a1.ID) }, 1, 1},
-		{func() error { return apps.DeleteRepositoryCredential(ctx, db, alice.ID, c1.ID) }, 1, 0},
-		{func() error { return apps.DeleteApplication(ctx, db, alice.ID, a2.ID) }, 0, 0},
+		{func() error { return svc.DeleteApplication(ctx, alice.ID, a1.ID) }, 1, 1},
+		{func() error { return svc.DeleteRepositoryCredential(ctx, alice.ID, c1.ID) }, 1, 0},
+		{func() error { return svc.DeleteApplication(ctx, alice.ID, a2.ID) }, 0, 0},
 	}
 	for i, st := range steps {
 		if err := st.del(); err != nil {
@@ -79,7 +79,7 @@ func TestReferenceCounting(t *testing.T) {
 		}
 		id, _ := lockOf(t, db, key)
 		if st.apps+st.creds > 0 {
-			l, err := locks.Get(ctx, db, alice.ID, lockID)
+			l, err := ls.Get(ctx, alice.ID, lockID)
 			if err != nil || id != lockID || l.Applications != st.apps || l.RepositoryCredentials != st.creds {
 				t.Fatalf("step %d: lock %q %+v %v, want %s with %d apps %d creds", i, id, l, err, lockID, st.apps, st.creds)
 			}
@@ -102,6 +102,7 @@ func TestCreateApplicationValidation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name string
@@ -120,7 +121,7 @@ func TestCreateApplicationValidation(t *testing.T) {
 		{"revision with space", apps.NewApplication{Name: "a", RepoURL: "https://github.com/a/b", TargetRevision: "main branch"}, "target_revision must not contain whitespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := apps.CreateApplication(ctx, db, alice.ID, tc.in)
+			_, err := svc.CreateApplication(ctx, alice.ID, tc.in)
 			if repolock.ErrorCode(err) != repolock.EInvalid || !strings.HasPrefix(repolock.ErrorMessage(err), tc.msg) {
 				t.Fatalf("got %v, want invalid_argument %q", err, tc.msg)
 			}
@@ -138,12 +139,13 @@ func TestDuplicateNameWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
-	if _, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/a/one"}); err != nil {
+	if _, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/a/one"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/a/two"})
+	_, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/a/two"})
 	if repolock.ErrorCode(err) != repolock.EAlreadyExists || repolock.ErrorMessage(err) != `an application named "web" already exists` {
 		t.Fatalf("duplicate: %v", err)
 	}
@@ -154,13 +156,13 @@ func TestDuplicateNameWritesNothing(t *testing.T) {
 		t.Fatalf("events left behind: %+v", evs)
 	}
 	// Names are per tenant.
-	if _, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/b/one"}); err != nil {
+	if _, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/b/one"}); err != nil {
 		t.Fatalf("bob's web: %v", err)
 	}
-	if _, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "web", RepoURL: "https://github.com/a/one", SecretRef: "vault://x"}); err != nil {
+	if _, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "web", RepoURL: "https://github.com/a/one", SecretRef: "vault://x"}); err != nil {
 		t.Fatalf("a credential may share an application's name: %v", err)
 	}
-	_, err = apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "web", RepoURL: "https://github.com/a/one", SecretRef: "vault://y"})
+	_, err = svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "web", RepoURL: "https://github.com/a/one", SecretRef: "vault://y"})
 	if repolock.ErrorCode(err) != repolock.EAlreadyExists || repolock.ErrorMessage(err) != `a repository credential named "web" already exists` {
 		t.Fatalf("duplicate credential: %v", err)
 	}
@@ -173,9 +175,10 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
-	if _, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/acme/web"}); err != nil {
+	if _, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/acme/web"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -183,11 +186,11 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 		create func() error
 	}{
 		{"application", func() error {
-			_, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "web", RepoURL: "git@github.com:ACME/web.git"})
+			_, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "web", RepoURL: "git@github.com:ACME/web.git"})
 			return err
 		}},
 		{"credential", func() error {
-			_, err := apps.CreateRepositoryCredential(ctx, db, bob.ID, apps.NewRepositoryCredential{Name: "web", RepoURL: "https://github.com/acme/web", SecretRef: "vault://b"})
+			_, err := svc.CreateRepositoryCredential(ctx, bob.ID, apps.NewRepositoryCredential{Name: "web", RepoURL: "https://github.com/acme/web", SecretRef: "vault://b"})
 			return err
 		}},
 	} {
@@ -215,6 +218,7 @@ func TestUserInfoStripped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct{ in, want string }{
 		{"https://x-access-token:ghp_SECRET1@github.com/acme/a.git", "https://github.com/acme/a.git"},
@@ -222,11 +226,11 @@ func TestUserInfoStripped(t *testing.T) {
 		{"ssh://git@github.com/acme/c", "ssh://github.com/acme/c"},
 		{"  https://github.com/acme/d  ", "https://github.com/acme/d"},
 	} {
-		app, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "n" + fmt.Sprint(len(tc.want)) + tc.want[len(tc.want)-1:], RepoURL: tc.in})
+		app, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "n" + fmt.Sprint(len(tc.want)) + tc.want[len(tc.want)-1:], RepoURL: tc.in})
 		if err != nil {
 			t.Fatalf("%q: %v", tc.in, err)
 		}
-		got, err := apps.GetApplication(ctx, db, alice.ID, app.ID)
+		got, err := svc.GetApplication(ctx, alice.ID, app.ID)
 		if err != nil || app.RepoURL != tc.want || got.RepoURL != tc.want {
 			t.Fatalf("%q: stored %q (returned %q), want %q", tc.in, got.RepoURL, app.RepoURL, tc.want)
 		}
@@ -244,6 +248,7 @@ func TestCredentialSecrets(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name string
@@ -258,7 +263,7 @@ func TestCredentialSecrets(t *testing.T) {
 		{"control character in username", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", Username: "a\nb", SecretRef: "vault://x"}, "username must not contain control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, tc.in)
+			_, err := svc.CreateRepositoryCredential(ctx, alice.ID, tc.in)
 			if repolock.ErrorCode(err) != repolock.EInvalid || !strings.HasPrefix(repolock.ErrorMessage(err), tc.msg) {
 				t.Fatalf("got %v, want invalid_argument %q", err, tc.msg)
 			}
@@ -268,16 +273,16 @@ func TestCredentialSecrets(t *testing.T) {
 		})
 	}
 	// A user name without a password is fine, and stripped.
-	c, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "ok", RepoURL: "https://deployer@github.com/a/b", Username: "deployer", SecretRef: "k8s://ns/secret"})
+	c, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "ok", RepoURL: "https://deployer@github.com/a/b", Username: "deployer", SecretRef: "k8s://ns/secret"})
 	if err != nil || c.RepoURL != "https://github.com/a/b" || c.Username != "deployer" || c.SecretRef != "k8s://ns/secret" {
 		t.Fatalf("%+v %v", c, err)
 	}
 	// Updates are held to the same rules.
-	_, err = apps.UpdateRepositoryCredential(ctx, db, alice.ID, c.ID, apps.RepositoryCredentialPatch{RepoURL: ptr("https://me:pw@github.com/a/b")})
+	_, err = svc.UpdateRepositoryCredential(ctx, alice.ID, c.ID, apps.RepositoryCredentialPatch{RepoURL: ptr("https://me:pw@github.com/a/b")})
 	if repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("update with a password: %v", err)
 	}
-	_, err = apps.UpdateRepositoryCredential(ctx, db, alice.ID, c.ID, apps.RepositoryCredentialPatch{SecretRef: ptr("")})
+	_, err = svc.UpdateRepositoryCredential(ctx, alice.ID, c.ID, apps.RepositoryCredentialPatch{SecretRef: ptr("")})
 	if repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("update to an empty secret_ref: %v", err)
 	}
@@ -287,11 +292,12 @@ func TestUpdateApplication(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	create := func(name, url string) apps.Application {
 		t.Helper()
-		a, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: name, RepoURL: url})
+		a, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: name, RepoURL: url})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,24 +305,24 @@ func TestUpdateApplication(t *testing.T) {
 	}
 	web := create("web", "https://github.com/acme/web")
 	webLock := web.LockID
-	if _, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "bobs", RepoURL: "https://github.com/bob/x"}); err != nil {
+	if _, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "bobs", RepoURL: "https://github.com/bob/x"}); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("no change", func(t *testing.T) {
-		got, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, apps.ApplicationPatch{Name: ptr("web")})
+		got, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{Name: ptr("web")})
 		if err != nil || got != web {
 			t.Fatalf("got %+v %v, want %+v", got, err, web)
 		}
 	})
 	t.Run("fields", func(t *testing.T) {
-		got, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, apps.ApplicationPatch{Path: ptr("k8s"), TargetRevision: ptr("main")})
+		got, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{Path: ptr("k8s"), TargetRevision: ptr("main")})
 		if err != nil || got.Path != "k8s" || got.TargetRevision != "main" || got.LockID != webLock || got.Name != "web" || !got.UpdatedAt.After(web.UpdatedAt) {
 			t.Fatalf("%+v %v", got, err)
 		}
 	})
 	t.Run("another spelling keeps the lock", func(t *testing.T) {
-		got, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("git@github.com:acme/web.git")})
+		got, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("git@github.com:acme/web.git")})
 		if err != nil || got.RepoURL != "github.com:acme/web.git" || got.LockID != webLock || got.NormalizedURL != "github.com/acme/web" {
 			t.Fatalf("%+v %v", got, err)
 		}
@@ -325,11 +331,11 @@ func TestUpdateApplication(t *testing.T) {
 		}
 	})
 	t.Run("claimed repository", func(t *testing.T) {
-		_, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("https://github.com/bob/x"), Path: ptr("changed")})
+		_, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("https://github.com/bob/x"), Path: ptr("changed")})
 		if repolock.ErrorCode(err) != repolock.ERepositoryClaimed || repolock.ErrorDetails(err)["owner"] != "bob" {
 			t.Fatalf("%v", err)
 		}
-		got, err := apps.GetApplication(ctx, db, alice.ID, web.ID)
+		got, err := svc.GetApplication(ctx, alice.ID, web.ID)
 		if err != nil || got.NormalizedURL != "github.com/acme/web" || got.Path != "k8s" || got.LockID != webLock {
 			t.Fatalf("changed by a refused update: %+v %v", got, err)
 		}
@@ -338,7 +344,7 @@ func TestUpdateApplication(t *testing.T) {
 		}
 	})
 	t.Run("move releases the old lock", func(t *testing.T) {
-		got, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("https://github.com/acme/web-v2")})
+		got, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("https://github.com/acme/web-v2")})
 		if err != nil || got.NormalizedURL != "github.com/acme/web-v2" || got.LockID == webLock || got.LockID == "" {
 			t.Fatalf("%+v %v", got, err)
 		}
@@ -354,7 +360,7 @@ func TestUpdateApplication(t *testing.T) {
 	t.Run("move keeps an old lock still in use", func(t *testing.T) {
 		a := create("a", "https://github.com/acme/shared")
 		b := create("b", "https://github.com/acme/shared")
-		got, err := apps.UpdateApplication(ctx, db, alice.ID, a.ID, apps.ApplicationPatch{RepoURL: ptr("https://github.com/acme/other")})
+		got, err := svc.UpdateApplication(ctx, alice.ID, a.ID, apps.ApplicationPatch{RepoURL: ptr("https://github.com/acme/other")})
 		if err != nil || got.LockID == b.LockID {
 			t.Fatalf("%+v %v", got, err)
 		}
@@ -365,7 +371,7 @@ func TestUpdateApplication(t *testing.T) {
 	})
 	t.Run("rename to an existing name", func(t *testing.T) {
 		create("taken", "https://github.com/acme/taken")
-		_, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, apps.ApplicationPatch{Name: ptr("taken"), RepoURL: ptr("https://github.com/acme/fresh")})
+		_, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{Name: ptr("taken"), RepoURL: ptr("https://github.com/acme/fresh")})
 		if repolock.ErrorCode(err) != repolock.EAlreadyExists {
 			t.Fatalf("%v", err)
 		}
@@ -376,7 +382,7 @@ func TestUpdateApplication(t *testing.T) {
 	})
 	t.Run("invalid patch", func(t *testing.T) {
 		for _, p := range []apps.ApplicationPatch{{Name: ptr("")}, {RepoURL: ptr("nope")}, {Path: ptr("/abs")}, {TargetRevision: ptr("a b")}} {
-			if _, err := apps.UpdateApplication(ctx, db, alice.ID, web.ID, p); repolock.ErrorCode(err) != repolock.EInvalid {
+			if _, err := svc.UpdateApplication(ctx, alice.ID, web.ID, p); repolock.ErrorCode(err) != repolock.EInvalid {
 				t.Fatalf("%+v: %v", p, err)
 			}
 		}
@@ -387,12 +393,13 @@ func TestUpdateRepositoryCredential(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
-	c, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/acme/one", Username: "u", SecretRef: "vault://one"})
+	c, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/acme/one", Username: "u", SecretRef: "vault://one"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := apps.UpdateRepositoryCredential(ctx, db, alice.ID, c.ID, apps.RepositoryCredentialPatch{RepoURL: ptr("https://github.com/acme/two"), SecretRef: ptr("vault://two"), Username: ptr("v"), Name: ptr("c2")})
+	got, err := svc.UpdateRepositoryCredential(ctx, alice.ID, c.ID, apps.RepositoryCredentialPatch{RepoURL: ptr("https://github.com/acme/two"), SecretRef: ptr("vault://two"), Username: ptr("v"), Name: ptr("c2")})
 	if err != nil || got.NormalizedURL != "github.com/acme/two" || got.SecretRef != "vault://two" || got.Username != "v" || got.Name != "c2" || got.LockID == c.LockID {
 		t.Fatalf("%+v %v", got, err)
 	}
@@ -408,13 +415,14 @@ func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, ls := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
-	app, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "a", RepoURL: "https://github.com/alice/a"})
+	app, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "a", RepoURL: "https://github.com/alice/a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/alice/a", SecretRef: "vault://a"})
+	cred, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/alice/a", SecretRef: "vault://a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,36 +432,36 @@ func TestTenantIsolation(t *testing.T) {
 			t.Errorf("%s as bob: %v, want not_found", what, err)
 		}
 	}
-	_, err = apps.GetApplication(ctx, db, bob.ID, app.ID)
+	_, err = svc.GetApplication(ctx, bob.ID, app.ID)
 	notFound("get application", err)
-	_, err = apps.UpdateApplication(ctx, db, bob.ID, app.ID, apps.ApplicationPatch{Path: ptr("x")})
+	_, err = svc.UpdateApplication(ctx, bob.ID, app.ID, apps.ApplicationPatch{Path: ptr("x")})
 	notFound("update application", err)
-	notFound("delete application", apps.DeleteApplication(ctx, db, bob.ID, app.ID))
-	_, err = apps.GetRepositoryCredential(ctx, db, bob.ID, cred.ID)
+	notFound("delete application", svc.DeleteApplication(ctx, bob.ID, app.ID))
+	_, err = svc.GetRepositoryCredential(ctx, bob.ID, cred.ID)
 	notFound("get credential", err)
-	_, err = apps.UpdateRepositoryCredential(ctx, db, bob.ID, cred.ID, apps.RepositoryCredentialPatch{Username: ptr("x")})
+	_, err = svc.UpdateRepositoryCredential(ctx, bob.ID, cred.ID, apps.RepositoryCredentialPatch{Username: ptr("x")})
 	notFound("update credential", err)
-	notFound("delete credential", apps.DeleteRepositoryCredential(ctx, db, bob.ID, cred.ID))
-	_, err = locks.Get(ctx, db, bob.ID, app.LockID)
+	notFound("delete credential", svc.DeleteRepositoryCredential(ctx, bob.ID, cred.ID))
+	_, err = ls.Get(ctx, bob.ID, app.LockID)
 	notFound("get lock", err)
 	for _, id := range []string{"", "nope", "00000000-0000-0000-0000-000000000000"} {
-		_, err = apps.GetApplication(ctx, db, alice.ID, id)
+		_, err = svc.GetApplication(ctx, alice.ID, id)
 		notFound("get application "+id, err)
-		notFound("delete credential "+id, apps.DeleteRepositoryCredential(ctx, db, alice.ID, id))
+		notFound("delete credential "+id, svc.DeleteRepositoryCredential(ctx, alice.ID, id))
 	}
-	as, _, err := apps.ListApplications(ctx, db, bob.ID, 50, "")
+	as, _, err := svc.ListApplications(ctx, bob.ID, 50, "")
 	if err != nil || len(as) != 0 {
 		t.Fatalf("bob lists %+v %v", as, err)
 	}
-	cs, _, err := apps.ListRepositoryCredentials(ctx, db, bob.ID, 50, "")
+	cs, _, err := svc.ListRepositoryCredentials(ctx, bob.ID, 50, "")
 	if err != nil || len(cs) != 0 {
 		t.Fatalf("bob lists %+v %v", cs, err)
 	}
-	ls, _, err := locks.List(ctx, db, bob.ID, 50, "")
-	if err != nil || len(ls) != 0 {
-		t.Fatalf("bob lists %+v %v", ls, err)
+	lks, _, err := ls.List(ctx, bob.ID, 50, "")
+	if err != nil || len(lks) != 0 {
+		t.Fatalf("bob lists %+v %v", lks, err)
 	}
-	got, err := apps.GetApplication(ctx, db, alice.ID, app.ID)
+	got, err := svc.GetApplication(ctx, alice.ID, app.ID)
 	if err != nil || got != app {
 		t.Fatalf("alice's application changed: %+v %v", got, err)
 	}
@@ -463,15 +471,16 @@ func TestListPagination(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	var appIDs, credIDs []string
 	for i := 0; i < 11; i++ {
-		a, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%02d", i), RepoURL: fmt.Sprintf("https://github.com/p/r%d", i%3)})
+		a, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%02d", i), RepoURL: fmt.Sprintf("https://github.com/p/r%d", i%3)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		appIDs = append(appIDs, a.ID)
-		c, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: fmt.Sprintf("c%02d", i), RepoURL: fmt.Sprintf("https://github.com/p/r%d", i%3), SecretRef: "vault://p"})
+		c, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: fmt.Sprintf("c%02d", i), RepoURL: fmt.Sprintf("https://github.com/p/r%d", i%3), SecretRef: "vault://p"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -480,7 +489,7 @@ func TestListPagination(t *testing.T) {
 	for _, size := range []int{1, 4, 11, 12} {
 		var gotApps, gotCreds []string
 		for token := ""; ; {
-			page, next, err := apps.ListApplications(ctx, db, alice.ID, size, token)
+			page, next, err := svc.ListApplications(ctx, alice.ID, size, token)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -492,7 +501,7 @@ func TestListPagination(t *testing.T) {
 			}
 		}
 		for token := ""; ; {
-			page, next, err := apps.ListRepositoryCredentials(ctx, db, alice.ID, size, token)
+			page, next, err := svc.ListRepositoryCredentials(ctx, alice.ID, size, token)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -507,14 +516,14 @@ func TestListPagination(t *testing.T) {
 			t.Fatalf("size %d: apps %v creds %v", size, gotApps, gotCreds)
 		}
 	}
-	_, appToken, err := apps.ListApplications(ctx, db, alice.ID, 2, "")
+	_, appToken, err := svc.ListApplications(ctx, alice.ID, 2, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := apps.ListRepositoryCredentials(ctx, db, alice.ID, 2, appToken); repolock.ErrorCode(err) != repolock.EInvalid {
+	if _, _, err := svc.ListRepositoryCredentials(ctx, alice.ID, 2, appToken); repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("an applications token on the credentials list: %v", err)
 	}
-	if _, _, err := apps.ListApplications(ctx, db, alice.ID, 2, "garbage"); !errors.Is(err, &repolock.Error{Code: repolock.EInvalid}) {
+	if _, _, err := svc.ListApplications(ctx, alice.ID, 2, "garbage"); !errors.Is(err, &repolock.Error{Code: repolock.EInvalid}) {
 		t.Fatalf("garbage token: %v", err)
 	}
 }
@@ -523,29 +532,30 @@ func TestDeleteTenant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	svc, ls := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	for i := 0; i < 3; i++ {
-		if _, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%d", i), RepoURL: fmt.Sprintf("https://github.com/alice/r%d", i%2)}); err != nil {
+		if _, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%d", i), RepoURL: fmt.Sprintf("https://github.com/alice/r%d", i%2)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/alice/r2", SecretRef: "vault://c"}); err != nil {
+	if _, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/alice/r2", SecretRef: "vault://c"}); err != nil {
 		t.Fatal(err)
 	}
 	// A bare lock without references is released too.
-	if _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/alice/bare"); err != nil {
+	if _, err := ls.Acquire(ctx, ls.Rules(), alice.ID, "github.com/alice/bare"); err != nil {
 		t.Fatal(err)
 	}
-	bobApp, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "b", RepoURL: "https://github.com/bob/b"})
+	bobApp, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "b", RepoURL: "https://github.com/bob/b"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "x", RepoURL: "https://github.com/alice/r0"}); repolock.ErrorCode(err) != repolock.ERepositoryClaimed {
+	if _, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "x", RepoURL: "https://github.com/alice/r0"}); repolock.ErrorCode(err) != repolock.ERepositoryClaimed {
 		t.Fatalf("bob on alice's repository: %v", err)
 	}
 
-	d, err := apps.DeleteTenant(ctx, db, "alice")
+	d, err := svc.DeleteTenant(ctx, "alice")
 	want := apps.TenantDeletion{Tenant: "alice", Applications: 3, RepositoryCredentials: 1, LocksReleased: 4}
 	if err != nil || d != want {
 		t.Fatalf("delete: %+v %v, want %+v", d, err, want)
@@ -568,14 +578,14 @@ func TestDeleteTenant(t *testing.T) {
 		checkLifecycle(t, evs)
 	}
 	// Bob is untouched and can now take alice's repositories.
-	if got, err := apps.GetApplication(ctx, db, bob.ID, bobApp.ID); err != nil || got != bobApp {
+	if got, err := svc.GetApplication(ctx, bob.ID, bobApp.ID); err != nil || got != bobApp {
 		t.Fatalf("bob's application: %+v %v", got, err)
 	}
-	if _, err := apps.CreateApplication(ctx, db, bob.ID, apps.NewApplication{Name: "x", RepoURL: "https://github.com/alice/r0"}); err != nil {
+	if _, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "x", RepoURL: "https://github.com/alice/r0"}); err != nil {
 		t.Fatalf("bob after alice's deletion: %v", err)
 	}
 	checkInvariants(t, db)
-	if _, err := apps.DeleteTenant(ctx, db, "alice"); repolock.ErrorCode(err) != repolock.ENotFound {
+	if _, err := svc.DeleteTenant(ctx, "alice"); repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 }

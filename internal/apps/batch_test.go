@@ -24,11 +24,11 @@ type createResult struct {
 // queued behind a held create of blockerURL by tenant (dbtest.InOneBatch),
 // so that they go as one batch unless a failed statement makes the
 // Batcher re-run them alone. It returns each label's result.
-func createsInOneBatch(t *testing.T, db *database.DB, tenant, blockerURL string, creates map[string][3]string) map[string]createResult {
+func createsInOneBatch(t *testing.T, db *database.DB, svc *apps.Service, tenant, blockerURL string, creates map[string][3]string) map[string]createResult {
 	t.Helper()
 	create := func(tenant, name, url string) func() createResult {
 		return func() createResult {
-			app, err := apps.CreateApplication(context.Background(), db, tenant, apps.NewApplication{Name: name, RepoURL: url})
+			app, err := svc.CreateApplication(context.Background(), tenant, apps.NewApplication{Name: name, RepoURL: url})
 			return createResult{app, err}
 		}
 	}
@@ -56,6 +56,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 
@@ -67,7 +68,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 	for i := range free {
 		creates[fmt.Sprint("free-", i)] = [3]string{alice.ID, fmt.Sprint("app-", i), fmt.Sprintf("https://github.com/acme/r%d", i)}
 	}
-	got := createsInOneBatch(t, db, bob.ID, "https://github.com/acme/blocker", creates)
+	got := createsInOneBatch(t, db, svc, bob.ID, "https://github.com/acme/blocker", creates)
 
 	for i := range free {
 		if r := got[fmt.Sprint("free-", i)]; r.err != nil || r.app.Name != fmt.Sprint("app-", i) || r.app.LockID == "" {
@@ -100,7 +101,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 	}
 
 	// Round 2: the same name twice.
-	got = createsInOneBatch(t, db, bob.ID, "https://github.com/acme/blocker-2", map[string][3]string{
+	got = createsInOneBatch(t, db, svc, bob.ID, "https://github.com/acme/blocker-2", map[string][3]string{
 		"dup-1":  {alice.ID, "dup", "https://github.com/acme/dup-1"},
 		"dup-2":  {alice.ID, "dup", "https://github.com/acme/dup-2"},
 		"free-x": {alice.ID, "x", "https://github.com/acme/x"},
@@ -124,6 +125,7 @@ func TestCreatesBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	ghost := dbtest.NewTenant(t, db, "ghost")
 	if _, err := db.ExecContext(context.Background(), `DELETE FROM cluster_users WHERE id = $1`, ghost.ID); err != nil {
@@ -133,7 +135,7 @@ func TestCreatesBatchFailureIsolated(t *testing.T) {
 	for i := range 8 {
 		creates[fmt.Sprint("free-", i)] = [3]string{alice.ID, fmt.Sprint("app-", i), fmt.Sprintf("https://github.com/acme/r%d", i)}
 	}
-	got := createsInOneBatch(t, db, alice.ID, "https://github.com/acme/blocker", creates)
+	got := createsInOneBatch(t, db, svc, alice.ID, "https://github.com/acme/blocker", creates)
 	for label, r := range got {
 		switch {
 		case label == "ghost" && !repolock.IsCode(r.err, repolock.ENotFound):

@@ -16,18 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/httpapi/httpapitest"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
-	"github.com/repolock/repolock/internal/repostate"
-	"github.com/repolock/repolock/internal/syncstate"
-	"github.com/repolock/repolock/internal/tenants"
 )
 
 // Benchmark workload. Every phase runs a fixed number of operations on fresh
@@ -222,7 +217,7 @@ func errorCodeOf(resp map[string]any) string {
 
 // BenchmarkLocks is the harness: (a) a raw INSERT ... ON CONFLICT DO
 // NOTHING loop, the floor; (b) the design's naive SELECT-then-INSERT acquire;
-// (c) locks.AcquireRepositoryCredentialURL; (d) apps.CreateApplication; (e)
+// (c) locks.Service.Acquire; (d) apps.Service.CreateApplication; (e)
 // POST /v1/applications over loopback HTTP; and the contended case, 64 HTTP
 // clients of 8 tenants on 1,000 URLs. It runs its workload once, whatever
 // b.N is, and prints the figures; targets are printed, never asserted.
@@ -236,18 +231,17 @@ func BenchmarkLocks(b *testing.B) {
 	db.SetMaxOpenConns(benchWorkers)
 	db.SetMaxIdleConns(benchWorkers)
 
-	owner, ownerToken, err := tenants.Create(ctx, db, "bench-owner", "")
+	serverErrors := &errorLog{Handler: slog.NewJSONHandler(io.Discard, nil), seen: map[string]int{}}
+	serverLog := slog.New(serverErrors)
+	// The server's services are the library phases' too: one locks and one
+	// apps service per pool (they own its Batchers), as in api serve.
+	cfg := httpapitest.Config(b, db, serverLog, "rla_bench_admin")
+	ls, svc := cfg.Locks, cfg.Apps
+	owner, ownerToken, err := cfg.Tenants.Create(ctx, "bench-owner", "")
 	if err != nil {
 		b.Fatal(err)
 	}
-	serverErrors := &errorLog{Handler: slog.NewJSONHandler(io.Discard, nil), seen: map[string]int{}}
-	serverLog := slog.New(serverErrors)
-	srv, err := httpapi.New(httpapi.Config{DB: db, Logger: serverLog, AdminToken: "rla_bench_admin",
-		Registry:     prometheus.NewRegistry(),
-		Repositories: repostate.NewPostgres(db, repostate.Config{Logger: serverLog}),
-		Sync:         syncstate.New(db, syncstate.Options{Logger: serverLog}),
-		GC:           gc.New(db, gc.Config{Logger: serverLog}),
-	})
+	srv, err := httpapi.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -297,16 +291,16 @@ func BenchmarkLocks(b *testing.B) {
 			}
 			return err
 		}},
-		{"c  locks.AcquireRepositoryCredentialURL", benchOps, func(ctx context.Context, _, i int) error {
-			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, owner.ID, fmt.Sprintf("c.example.com/o/r%d", i))
+		{"c  locks.Service.Acquire", benchOps, func(ctx context.Context, _, i int) error {
+			acq, err := ls.Acquire(ctx, ls.Rules(), owner.ID, normalize.Key(fmt.Sprintf("c.example.com/o/r%d", i)))
 			ok := acq.Acquired
 			if err == nil && !ok {
 				err = fmt.Errorf("not acquired")
 			}
 			return err
 		}},
-		{"d  apps.CreateApplication (library)", benchCreateOps, func(ctx context.Context, _, i int) error {
-			_, err := apps.CreateApplication(ctx, db, owner.ID, apps.NewApplication{Name: fmt.Sprintf("d-%d", i), RepoURL: fmt.Sprintf("https://d.example.com/o/r%d.git", i)})
+		{"d  apps.Service.CreateApplication (library)", benchCreateOps, func(ctx context.Context, _, i int) error {
+			_, err := svc.CreateApplication(ctx, owner.ID, apps.NewApplication{Name: fmt.Sprintf("d-%d", i), RepoURL: fmt.Sprintf("https://d.example.com/o/r%d.git", i)})
 			return err
 		}},
 		{"e  POST /v1/applications (HTTP)", benchCreateOps, func(ctx context.Context, _, i int) error {
@@ -339,7 +333,7 @@ func BenchmarkLocks(b *testing.B) {
 	// in random spellings; most requests are refused with 409.
 	tokens := make([]string, benchTenants)
 	for i := range tokens {
-		if _, tokens[i], err = tenants.Create(ctx, db, fmt.Sprintf("bench-tenant-%d", i), ""); err != nil {
+		if _, tokens[i], err = cfg.Tenants.Create(ctx, fmt.Sprintf("bench-tenant-%d", i), ""); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,9 +6,20 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 )
+
+// newApps returns the apps service on db and the locks service it acquires
+// and releases through, keying under the built-in rules (as keyOf does).
+// Build one of each per pool (they own the pool's Batchers), after any
+// db.SetBatchStallAfter: New makes the Batchers.
+func newApps(db *database.DB) (*apps.Service, *locks.Service) {
+	ls := locks.New(db, normalize.Static(normalize.Default()))
+	return apps.New(db, ls), ls
+}
 
 // spellings are five ways of writing repository i of org, all with the same
 // key github.com/<org>/repo-<i>.

@@ -23,6 +23,7 @@ func TestCreateRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newRaceDB(t)
+	svc, _ := newApps(db)
 	const (
 		nTenants     = 10
 		perTenant    = 20
@@ -50,7 +51,7 @@ func TestCreateRace(t *testing.T) {
 					repo := r.IntN(repos)
 					sp := spellings("race", repo)
 					url := sp[r.IntN(len(sp))]
-					app, err := apps.CreateApplication(ctx, db, u.ID, apps.NewApplication{Name: fmt.Sprintf("g%d-%d", g, j), RepoURL: url})
+					app, err := svc.CreateApplication(ctx, u.ID, apps.NewApplication{Name: fmt.Sprintf("g%d-%d", g, j), RepoURL: url})
 					outcomes <- outcome{u.Name, fmt.Sprintf("github.com/race/repo-%d", repo), app, err}
 				}
 			}(u, uint64(ti*1000+g), g)
@@ -123,12 +124,12 @@ type churnResult struct {
 // churn has one tenant create an application on the repository (in a
 // random spelling) and delete it again, n times. claimedBy is the only
 // tenant whose claim it accepts as a refusal ("" accepts none).
-func churn(t *testing.T, db *database.DB, u tenants.Tenant, g, n int, claimedBy string, res *churnResult) {
+func churn(t *testing.T, svc *apps.Service, u tenants.Tenant, g, n int, claimedBy string, res *churnResult) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(uint64(g), 11))
 	for j := 0; j < n; j++ {
 		sp := spellings("churn", 0)
-		app, err := apps.CreateApplication(ctx, db, u.ID, apps.NewApplication{Name: fmt.Sprintf("churn-%d-%d", g, j), RepoURL: sp[r.IntN(len(sp))]})
+		app, err := svc.CreateApplication(ctx, u.ID, apps.NewApplication{Name: fmt.Sprintf("churn-%d-%d", g, j), RepoURL: sp[r.IntN(len(sp))]})
 		if err != nil {
 			if claimedBy != "" && repolock.ErrorCode(err) == repolock.ERepositoryClaimed && repolock.ErrorDetails(err)["owner"] == claimedBy {
 				res.claimed.Add(1)
@@ -138,7 +139,7 @@ func churn(t *testing.T, db *database.DB, u tenants.Tenant, g, n int, claimedBy 
 			return
 		}
 		res.created.Add(1)
-		if err := apps.DeleteApplication(ctx, db, u.ID, app.ID); err != nil {
+		if err := svc.DeleteApplication(ctx, u.ID, app.ID); err != nil {
 			t.Errorf("%s delete: %v", u.Name, err)
 			return
 		}
@@ -158,12 +159,13 @@ func TestChurn(t *testing.T) {
 	t.Run("owner alone", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
+		svc, _ := newApps(db)
 		alice := dbtest.NewTenant(t, db, "alice")
 		var res churnResult
 		var wg sync.WaitGroup
 		for g := 0; g < churners; g++ {
 			wg.Add(1)
-			go func(g int) { defer wg.Done(); churn(t, db, alice, g, rounds, "", &res) }(g)
+			go func(g int) { defer wg.Done(); churn(t, svc, alice, g, rounds, "", &res) }(g)
 		}
 		wg.Wait()
 		if res.created.Load() != churners*rounds || res.deleted.Load() != churners*rounds {
@@ -187,9 +189,10 @@ func TestChurn(t *testing.T) {
 	t.Run("anchored", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
+		svc, _ := newApps(db)
 		alice := dbtest.NewTenant(t, db, "alice")
 		bob := dbtest.NewTenant(t, db, "bob")
-		anchor, err := apps.CreateApplication(context.Background(), db, alice.ID, apps.NewApplication{Name: "anchor", RepoURL: "https://github.com/churn/repo-0"})
+		anchor, err := svc.CreateApplication(context.Background(), alice.ID, apps.NewApplication{Name: "anchor", RepoURL: "https://github.com/churn/repo-0"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +202,7 @@ func TestChurn(t *testing.T) {
 		var wg, bobs sync.WaitGroup
 		for g := 0; g < churners; g++ {
 			wg.Add(1)
-			go func(g int) { defer wg.Done(); churn(t, db, alice, g, rounds, "", &res) }(g)
+			go func(g int) { defer wg.Done(); churn(t, svc, alice, g, rounds, "", &res) }(g)
 		}
 		for g := 0; g < 2; g++ {
 			bobs.Add(1)
@@ -211,7 +214,7 @@ func TestChurn(t *testing.T) {
 						return
 					default:
 					}
-					_, err := apps.CreateApplication(context.Background(), db, bob.ID, apps.NewApplication{Name: fmt.Sprintf("bob-%d-%d", g, j), RepoURL: "git@github.com:churn/repo-0.git"})
+					_, err := svc.CreateApplication(context.Background(), bob.ID, apps.NewApplication{Name: fmt.Sprintf("bob-%d-%d", g, j), RepoURL: "git@github.com:churn/repo-0.git"})
 					if repolock.ErrorCode(err) != repolock.ERepositoryClaimed || repolock.ErrorDetails(err)["owner"] != "alice" {
 						t.Errorf("bob: %v, want repository_claimed by alice", err)
 						return
@@ -242,13 +245,14 @@ func TestChurn(t *testing.T) {
 	t.Run("contested", func(t *testing.T) {
 		t.Parallel()
 		db := newRaceDB(t)
+		svc, _ := newApps(db)
 		alice := dbtest.NewTenant(t, db, "alice")
 		bob := dbtest.NewTenant(t, db, "bob")
 		var res churnResult
 		var wg sync.WaitGroup
 		for g := 0; g < churners; g++ {
 			wg.Add(1)
-			go func(g int) { defer wg.Done(); churn(t, db, alice, g, rounds, "bob", &res) }(g)
+			go func(g int) { defer wg.Done(); churn(t, svc, alice, g, rounds, "bob", &res) }(g)
 		}
 		var bobWon atomic.Bool
 		var bobApp apps.Application
@@ -256,7 +260,7 @@ func TestChurn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < churners*rounds && !bobWon.Load(); j++ {
-				app, err := apps.CreateApplication(context.Background(), db, bob.ID, apps.NewApplication{Name: fmt.Sprintf("bob-%d", j), RepoURL: "https://github.com/churn/repo-0"})
+				app, err := svc.CreateApplication(context.Background(), bob.ID, apps.NewApplication{Name: fmt.Sprintf("bob-%d", j), RepoURL: "https://github.com/churn/repo-0"})
 				switch {
 				case err == nil:
 					bobApp = app
@@ -296,11 +300,12 @@ func TestUpdateDeleteRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := newRaceDB(t)
+	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	const n = 40
 	ids := make([]string, n)
 	for i := range ids {
-		a, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%d", i), RepoURL: "https://github.com/mv/one"})
+		a, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: fmt.Sprintf("a%d", i), RepoURL: "https://github.com/mv/one"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +318,7 @@ func TestUpdateDeleteRace(t *testing.T) {
 			defer wg.Done()
 			for j := 0; j < 5; j++ {
 				url := []string{"https://github.com/mv/one", "https://github.com/mv/two", "https://github.com/mv/three"}[(i+j)%3]
-				_, err := apps.UpdateApplication(ctx, db, alice.ID, id, apps.ApplicationPatch{RepoURL: &url})
+				_, err := svc.UpdateApplication(ctx, alice.ID, id, apps.ApplicationPatch{RepoURL: &url})
 				if err != nil && repolock.ErrorCode(err) != repolock.ENotFound {
 					t.Errorf("update: %v", err)
 				}
@@ -321,7 +326,7 @@ func TestUpdateDeleteRace(t *testing.T) {
 		}(i, id)
 		go func(id string) {
 			defer wg.Done()
-			if err := apps.DeleteApplication(ctx, db, alice.ID, id); err != nil {
+			if err := svc.DeleteApplication(ctx, alice.ID, id); err != nil {
 				t.Errorf("delete: %v", err)
 			}
 		}(id)

@@ -14,6 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
 )
 
 const insertBatcher = "locks.insertLocks"
@@ -27,11 +28,11 @@ type batchedAcquire struct {
 // queued behind a held acquire of blockerKey by tenant (dbtest.InOneBatch),
 // so that they go as one batch unless a failed statement makes the
 // Batcher re-run them alone. It returns each label's result.
-func acquiresInOneBatch(t *testing.T, db *database.DB, tenant, blockerKey string, acquires map[string][2]string) map[string]batchedAcquire {
+func acquiresInOneBatch(t *testing.T, db *database.DB, ls *locks.Service, tenant, blockerKey string, acquires map[string][2]string) map[string]batchedAcquire {
 	t.Helper()
 	acquire := func(tenant, key string) func() batchedAcquire {
 		return func() batchedAcquire {
-			acq, err := locks.AcquireRepositoryCredentialURL(context.Background(), db, tenant, key)
+			acq, err := ls.Acquire(context.Background(), ls.Rules(), tenant, normalize.Key(key))
 			return batchedAcquire{acq, err}
 		}
 	}
@@ -56,6 +57,7 @@ func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 
@@ -67,7 +69,7 @@ func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 	for i := range free {
 		acquires[fmt.Sprint("free-", i)] = [2]string{alice.ID, fmt.Sprintf("github.com/acme/r%d", i)}
 	}
-	got := acquiresInOneBatch(t, db, bob.ID, "github.com/acme/blocker", acquires)
+	got := acquiresInOneBatch(t, db, ls, bob.ID, "github.com/acme/blocker", acquires)
 	for i := range free {
 		if r := got[fmt.Sprint("free-", i)]; r.err != nil || !r.acq.Acquired || r.acq.LockID == "" {
 			t.Errorf("free-%d: %+v %v", i, r.acq, r.err)
@@ -128,12 +130,13 @@ func TestAcquiresBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	acquires := map[string][2]string{"ghost": {uuid.NewString(), "github.com/acme/ghost"}}
 	for i := range 8 {
 		acquires[fmt.Sprint("free-", i)] = [2]string{alice.ID, fmt.Sprintf("github.com/acme/r%d", i)}
 	}
-	got := acquiresInOneBatch(t, db, alice.ID, "github.com/acme/blocker", acquires)
+	got := acquiresInOneBatch(t, db, ls, alice.ID, "github.com/acme/blocker", acquires)
 	for label, r := range got {
 		switch {
 		case label == "ghost" && !repolock.IsCode(r.err, repolock.ENotFound):
@@ -152,6 +155,7 @@ func TestStalledAcquireDoesNotHoldUpOthers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	blocker, pid := dbtest.BeginWithPID(t, db)
 	if _, err := blocker.ExecContext(ctx, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
@@ -160,14 +164,14 @@ func TestStalledAcquireDoesNotHoldUpOthers(t *testing.T) {
 	}
 	stuck := make(chan error, 1)
 	go func() {
-		_, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/acme/blocker")
+		_, err := ls.Acquire(ctx, ls.Rules(), alice.ID, "github.com/acme/blocker")
 		stuck <- err
 	}()
 	dbtest.WaitUntilBlockedAny(t, db, pid)
 	errs := make(chan error, 8)
 	for i := range 8 {
 		go func() {
-			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/acme/r%d", i))
+			acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, normalize.Key(fmt.Sprintf("github.com/acme/r%d", i)))
 			if err == nil && !acq.Acquired {
 				err = fmt.Errorf("r%d not acquired", i)
 			}

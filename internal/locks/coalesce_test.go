@@ -7,7 +7,6 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/locks"
 )
 
 // TestDenialsCoalesceUnderConcurrency: repeated denials of one tenant for
@@ -18,11 +17,12 @@ func TestDenialsCoalesceUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	carol := dbtest.NewTenant(t, db, "carol")
 	const key = "github.com/acme/contended"
-	if acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key); err != nil || !acq.Acquired {
+	if acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key); err != nil || !acq.Acquired {
 		t.Fatalf("alice acquires: %+v %v", acq, err)
 	}
 	// A denial of bob in an earlier window (as recorded an hour ago).
@@ -48,7 +48,7 @@ func TestDenialsCoalesceUnderConcurrency(t *testing.T) {
 					// Each denial in its own transaction, as internal/apps
 					// records them.
 					err := db.WithTx(ctx, func(tx database.Tx) error {
-						acq, err := locks.AcquireRepositoryCredentialURL(ctx, tx, tenant, key)
+						acq, err := ls.AcquireTx(ctx, tx, ls.Rules(), tenant, key)
 						if err == nil && (acq.Acquired || acq.Owner != "alice") {
 							t.Errorf("got %+v, want denied by alice", acq)
 						}
@@ -101,13 +101,14 @@ func TestEventsStayAnAuditTrail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/audit"
-	if _, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key); err != nil {
+	if _, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key); err != nil {
+	if _, err := ls.Acquire(ctx, ls.Rules(), bob.ID, key); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{

@@ -89,24 +89,25 @@ func TestAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/app"
 
-	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
 	id1, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id1 == "" {
 		t.Fatalf("first acquire: %q %v %q %v", id1, acquired, owner, err)
 	}
 	// The same tenant again: the existing lock (the design's pseudocode
 	// would refuse this).
-	acq, err = locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+	acq, err = ls.Acquire(ctx, ls.Rules(), alice.ID, key)
 	id2, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id2 != id1 {
 		t.Fatalf("re-acquire: %q %v %q %v, want %q true", id2, acquired, owner, err, id1)
 	}
 	// Another tenant: denied, naming the owner.
-	acq, err = locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, key)
+	acq, err = ls.Acquire(ctx, ls.Rules(), bob.ID, key)
 	id3, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || acquired || owner != "alice" || id3 != "" {
 		t.Fatalf("other tenant: %q %v %q %v, want \"\" false alice nil", id3, acquired, owner, err)
@@ -133,6 +134,7 @@ func TestAcquireRejects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	for _, tc := range []struct {
 		name, user, key string
@@ -148,7 +150,7 @@ func TestAcquireRejects(t *testing.T) {
 		{"invalid URL", alice.ID, "not a url", repolock.EInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, tc.user, tc.key)
+			acq, err := ls.Acquire(ctx, ls.Rules(), tc.user, normalize.Key(tc.key))
 			id, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 			if repolock.ErrorCode(err) != tc.code || id != "" || acquired || owner != "" {
 				t.Fatalf("got %q %v %q %v, want code %s", id, acquired, owner, err, tc.code)
@@ -172,6 +174,7 @@ func TestAcquireRace(t *testing.T) {
 	// more would eat into Postgres' max_connections, which every test
 	// process shares.
 	db.SetMaxOpenConns(16)
+	ls := newLocks(db)
 	const nTenants, perTenant, urls = 8, 4, 50
 	us := make([]tenants.Tenant, nTenants)
 	for i := range us {
@@ -191,7 +194,7 @@ func TestAcquireRace(t *testing.T) {
 				defer wg.Done()
 				for j := 0; j < urls; j++ {
 					k := fmt.Sprintf("git.example.com/race/r%d", (j+g*7)%urls)
-					acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, u.ID, k)
+					acq, err := ls.Acquire(ctx, ls.Rules(), u.ID, normalize.Key(k))
 					id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 					if err != nil {
 						errc <- err
@@ -249,16 +252,17 @@ func TestRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 
 	t.Run("unreferenced", func(t *testing.T) {
 		const key = "github.com/rel/free"
-		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
-		released, err := locks.Release(ctx, db, id)
+		released, err := release(ctx, db, ls, id)
 		if err != nil || !released {
 			t.Fatalf("release: %v %v", released, err)
 		}
@@ -266,7 +270,7 @@ func TestRelease(t *testing.T) {
 			t.Fatalf("%d locks left", n)
 		}
 		// Releasing again is not an error.
-		released, err = locks.Release(ctx, db, id)
+		released, err = release(ctx, db, ls, id)
 		if err != nil || released {
 			t.Fatalf("second release: %v %v", released, err)
 		}
@@ -277,27 +281,27 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by an application", func(t *testing.T) {
 		const key = "github.com/rel/app"
-		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
 		appID := addApplicationRef(t, db, alice.ID, "app", key, id)
-		released, err := locks.Release(ctx, db, id)
+		released, err := release(ctx, db, ls, id)
 		if err != nil || released || lockCount(t, db, key) != 1 {
 			t.Fatalf("release of a referenced lock: %v %v", released, err)
 		}
 		if _, err := db.ExecContext(ctx, `DELETE FROM applications WHERE id = $1`, appID); err != nil {
 			t.Fatal(err)
 		}
-		released, err = locks.Release(ctx, db, id)
+		released, err = release(ctx, db, ls, id)
 		if err != nil || !released || lockCount(t, db, key) != 0 {
 			t.Fatalf("release after the last reference: %v %v", released, err)
 		}
 	})
 	t.Run("referenced by a credential", func(t *testing.T) {
 		const key = "github.com/rel/cred"
-		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
@@ -309,20 +313,20 @@ func TestRelease(t *testing.T) {
 			alice.ID, key, id); err != nil {
 			t.Fatal(err)
 		}
-		released, err := locks.Release(ctx, db, id)
+		released, err := release(ctx, db, ls, id)
 		if err != nil || released || lockCount(t, db, key) != 1 {
 			t.Fatalf("release of a referenced lock: %v %v", released, err)
 		}
 	})
 	t.Run("invalid id", func(t *testing.T) {
-		released, err := locks.Release(ctx, db, "nope")
+		released, err := release(ctx, db, ls, "nope")
 		if repolock.ErrorCode(err) != repolock.EInvalid || released {
 			t.Fatalf("got %v %v", released, err)
 		}
 	})
 	t.Run("the foreign key refuses to delete a referenced lock", func(t *testing.T) {
 		const key = "github.com/rel/fk"
-		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, key)
+		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
@@ -335,21 +339,21 @@ func TestRelease(t *testing.T) {
 	})
 }
 
-// acquireResult is what one AcquireRepositoryCredentialURL call returned.
+// acquireResult is what one AcquireTx call returned.
 type acquireResult struct {
 	id, owner string
 	ok        bool
 	err       error
 }
 
-// acquireBlocked starts AcquireRepositoryCredentialURL in tx (whose backend
+// acquireBlocked starts ls.AcquireTx in tx (whose backend
 // is pid) on another goroutine and returns once that call is blocked on a
 // row lock; its result arrives on the returned channel.
-func acquireBlocked(t *testing.T, db *database.DB, tx database.Tx, pid int, tenantID, key string) <-chan acquireResult {
+func acquireBlocked(t *testing.T, db *database.DB, ls *locks.Service, tx database.Tx, pid int, tenantID string, key normalize.Key) <-chan acquireResult {
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {
-		acq, err := locks.AcquireRepositoryCredentialURL(context.Background(), tx, tenantID, key)
+		acq, err := ls.AcquireTx(context.Background(), tx, ls.Rules(), tenantID, key)
 		id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
 	}()
@@ -364,6 +368,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	tenantIDs := map[string]string{
 		"alice": dbtest.NewTenant(t, db, "alice").ID,
 		"bob":   dbtest.NewTenant(t, db, "bob").ID,
@@ -392,7 +397,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			key := fmt.Sprintf("github.com/race/ordering-%d", i)
 			acquirerID := tenantIDs[tc.acquirer]
-			old, err := locks.AcquireRepositoryCredentialURL(ctx, db, tenantIDs["alice"], key)
+			old, err := ls.Acquire(ctx, ls.Rules(), tenantIDs["alice"], normalize.Key(key))
 			if err != nil || !old.Acquired {
 				t.Fatalf("first acquire: %+v %v", old, err)
 			}
@@ -413,7 +418,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			switch tc.first {
 			case "acquire":
 				acq, _ = dbtest.BeginWithPID(t, db)
-				got, err := locks.AcquireRepositoryCredentialURL(ctx, acq, acquirerID, key)
+				got, err := ls.AcquireTx(ctx, acq, ls.Rules(), acquirerID, normalize.Key(key))
 				if err != nil || !got.Acquired {
 					t.Fatalf("acquire: %+v %v", got, err)
 				}
@@ -425,7 +430,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 				}
 				done := make(chan res, 1)
 				go func() {
-					r, err := locks.Release(ctx, rel, old.LockID)
+					r, err := ls.Release(ctx, rel, old.LockID)
 					done <- res{r, err}
 				}()
 				dbtest.WaitUntilBlocked(t, db, relPID, func() bool { return len(done) > 0 })
@@ -439,12 +444,12 @@ func TestReleaseVersusAcquire(t *testing.T) {
 				endRelease(rel)
 			case "release":
 				rel, _ := dbtest.BeginWithPID(t, db)
-				if released, err := locks.Release(ctx, rel, old.LockID); err != nil || !released {
+				if released, err := ls.Release(ctx, rel, old.LockID); err != nil || !released {
 					t.Fatalf("release: %v %v", released, err)
 				}
 				var acqPID int
 				acq, acqPID = dbtest.BeginWithPID(t, db)
-				done := acquireBlocked(t, db, acq, acqPID, acquirerID, key)
+				done := acquireBlocked(t, db, ls, acq, acqPID, acquirerID, normalize.Key(key))
 				endRelease(rel)
 				r := <-done
 				if r.err != nil || !r.ok || r.id == "" {
@@ -486,19 +491,20 @@ func TestGetAndList(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 
 	var ids []string
 	for i := 0; i < 7; i++ {
-		acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
+		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, normalize.Key(fmt.Sprintf("github.com/list/r%d", i)))
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
-	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, bob.ID, "github.com/list/bob")
+	acq, err := ls.Acquire(ctx, ls.Rules(), bob.ID, "github.com/list/bob")
 	bobLock := acq.LockID
 	if err != nil {
 		t.Fatal(err)
@@ -506,12 +512,12 @@ func TestGetAndList(t *testing.T) {
 	addApplicationRef(t, db, alice.ID, "app0", "github.com/list/r0", ids[0])
 	addApplicationRef(t, db, alice.ID, "app0b", "github.com/list/r0", ids[0])
 
-	l, err := locks.Get(ctx, db, alice.ID, ids[0])
+	l, err := ls.Get(ctx, alice.ID, ids[0])
 	if err != nil || l.ID != ids[0] || l.NormalizedURL != "github.com/list/r0" || l.Applications != 2 || l.RepositoryCredentials != 0 || l.OwnerID != alice.ID {
 		t.Fatalf("get: %+v %v", l, err)
 	}
 	for _, id := range []string{bobLock, "not-a-uuid", "00000000-0000-0000-0000-000000000000"} {
-		if _, err := locks.Get(ctx, db, alice.ID, id); repolock.ErrorCode(err) != repolock.ENotFound {
+		if _, err := ls.Get(ctx, alice.ID, id); repolock.ErrorCode(err) != repolock.ENotFound {
 			t.Fatalf("get %s as alice: %v, want not_found", id, err)
 		}
 	}
@@ -521,7 +527,7 @@ func TestGetAndList(t *testing.T) {
 		token := ""
 		pages := 0
 		for {
-			page, next, err := locks.List(ctx, db, alice.ID, size, token)
+			page, next, err := ls.List(ctx, alice.ID, size, token)
 			if err != nil {
 				t.Fatalf("size %d: %v", size, err)
 			}
@@ -541,18 +547,18 @@ func TestGetAndList(t *testing.T) {
 			t.Fatalf("size %d: %d pages", size, pages)
 		}
 	}
-	bobs, _, err := locks.List(ctx, db, bob.ID, 50, "")
+	bobs, _, err := ls.List(ctx, bob.ID, 50, "")
 	if err != nil || len(bobs) != 1 || bobs[0].ID != bobLock {
 		t.Fatalf("bob's list: %+v %v", bobs, err)
 	}
 
-	_, appToken, err := locks.List(ctx, db, alice.ID, 1, "")
+	_, appToken, err := ls.List(ctx, alice.ID, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	otherKind := pagetoken.Encode(pagetoken.KindApplications, alice.ID, pagetoken.TimeID{CreatedAt: time.Now(), ID: ids[0]})
 	// Bob's token, used by alice.
-	_, bobToken, err := locks.List(ctx, db, bob.ID, 1, "")
+	_, bobToken, err := ls.List(ctx, bob.ID, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +567,7 @@ func TestGetAndList(t *testing.T) {
 	}
 	otherTenant := pagetoken.Encode(pagetoken.KindLocks, bob.ID, pagetoken.TimeID{CreatedAt: time.Now(), ID: ids[0]})
 	for _, tok := range []string{"x", "!!!", "e30", "W1tbW1tb", appToken[:len(appToken)-2], otherKind, otherTenant} {
-		_, _, err := locks.List(ctx, db, alice.ID, 10, tok)
+		_, _, err := ls.List(ctx, alice.ID, 10, tok)
 		if repolock.ErrorCode(err) != repolock.EInvalid {
 			t.Errorf("token %q: %v, want invalid_argument", tok, err)
 		}
@@ -572,21 +578,106 @@ func TestOwnerOf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
-	acq, err := locks.AcquireRepositoryCredentialURL(ctx, db, alice.ID, "github.com/o/r")
+	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, "github.com/o/r")
 	id := acq.LockID
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := locks.OwnerOf(ctx, db, "github.com/o/r")
+	o, err := ls.OwnerOf(ctx, "github.com/o/r")
 	if err != nil || o.LockID != id || o.TenantName != "alice" || o.TenantID != alice.ID || o.NormalizedURL != "github.com/o/r" {
 		t.Fatalf("owner: %+v %v", o, err)
 	}
-	if _, err := locks.OwnerOf(ctx, db, "github.com/o/free"); repolock.ErrorCode(err) != repolock.ENotFound {
+	if _, err := ls.OwnerOf(ctx, "github.com/o/free"); repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("free URL: %v", err)
 	}
-	if _, err := locks.OwnerOf(ctx, db, "https://github.com/o/r"); !errors.Is(err, &repolock.Error{Code: repolock.EInvalid}) {
+	if _, err := ls.OwnerOf(ctx, "https://github.com/o/r"); !errors.Is(err, &repolock.Error{Code: repolock.EInvalid}) {
 		t.Fatalf("non-normalized key: %v", err)
+	}
+}
+
+// TestKeysCheckedUnderServiceRules: a service keys and checks keys under
+// the rules it was built with, the deployment's aliases included, not
+// under the built-in rules. With the alias gitlab.example.com+2222 ->
+// gitlab.example.com, the SSH URL on port 2222 is keyed
+// gitlab.example.com/o/r and acquired and found under that key, with the
+// rule set of those rules; the key the built-in rules give the same URL,
+// gitlab.example.com+2222/o/r, is refused (invalid_argument) and writes
+// nothing.
+func TestKeysCheckedUnderServiceRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	from, err := normalize.ParseEndpoint("gitlab.example.com+2222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := normalize.ParseEndpoint("gitlab.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := normalize.New(normalize.Rules{Aliases: []normalize.Alias{{From: from, To: to}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := locks.New(db, normalize.Static(rules))
+	alice := dbtest.NewTenant(t, db, "alice")
+	const (
+		url     = "ssh://git@gitlab.example.com:2222/o/r"
+		aliased = normalize.Key("gitlab.example.com/o/r")
+		builtin = normalize.Key("gitlab.example.com+2222/o/r")
+	)
+	// The un-aliased key is what the built-in rules give the URL, and
+	// canonical under them: refusing it below is the alias's doing.
+	if k, err := normalize.RepoURL(url); err != nil || k != builtin {
+		t.Fatalf("built-in key of %s = %q %v, want %q", url, k, err, builtin)
+	}
+	if err := locks.ValidateKeyWith(normalize.Default(), builtin); err != nil {
+		t.Fatalf("%s under the built-in rules: %v", builtin, err)
+	}
+
+	key, err := ls.Rules().RepoURL(url)
+	if err != nil || key != aliased {
+		t.Fatalf("key of %s under the service's rules = %q %v, want %q", url, key, err, aliased)
+	}
+	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+	if err != nil || !acq.Acquired || acq.LockID == "" || acq.Owner != "" {
+		t.Fatalf("acquire %s: %+v %v", key, acq, err)
+	}
+	// The lock records the service's rule set: the version and the
+	// aliases' fingerprint.
+	var ruleSet string
+	if err := db.GetContext(ctx, &ruleSet, `SELECT normalizer_version || ':' || normalizer_rules FROM RepositoryLockOwner WHERE id = $1`, acq.LockID); err != nil || rules.Fingerprint() == "" || ruleSet != locks.RuleSet(rules) {
+		t.Fatalf("rule set %q %v, want %q (the service's rules)", ruleSet, err, locks.RuleSet(rules))
+	}
+	o, err := ls.OwnerOf(ctx, key)
+	if err != nil || o.LockID != acq.LockID || o.TenantID != alice.ID || o.TenantName != "alice" || o.NormalizedURL != aliased {
+		t.Fatalf("owner of %s: %+v %v", key, o, err)
+	}
+
+	// The un-aliased key: refused on the pool, in a transaction, and by
+	// the lookup.
+	acq, err = ls.Acquire(ctx, ls.Rules(), alice.ID, builtin)
+	if repolock.ErrorCode(err) != repolock.EInvalid || acq != (locks.Acquisition{}) {
+		t.Fatalf("acquire %s: %+v %v, want invalid_argument", builtin, acq, err)
+	}
+	err = db.WithTx(ctx, func(tx database.Tx) error {
+		acq, err := ls.AcquireTx(ctx, tx, ls.Rules(), alice.ID, builtin)
+		if acq != (locks.Acquisition{}) {
+			t.Errorf("AcquireTx %s: %+v", builtin, acq)
+		}
+		return err
+	})
+	if repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("AcquireTx %s: %v, want invalid_argument", builtin, err)
+	}
+	if _, err := ls.OwnerOf(ctx, builtin); repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("owner of %s: %v, want invalid_argument", builtin, err)
+	}
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT (SELECT count(*) FROM RepositoryLockOwner) + (SELECT count(*) FROM repository_lock_events)`); err != nil || n != 2 {
+		t.Fatalf("%d lock and event rows (%v), want 2: the lock on %s and its acquired event", n, err, aliased)
 	}
 }
 
@@ -607,6 +698,7 @@ func TestDeleteUnreferencedAndReleaseAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
+	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	orphan := dbtest.NewLock(t, db, alice.ID, "github.com/del/orphan", time.Hour)
@@ -617,7 +709,7 @@ func TestDeleteUnreferencedAndReleaseAll(t *testing.T) {
 	dbtest.NewLock(t, db, alice.ID, "github.com/del/not-given", time.Hour)
 	bobs := dbtest.NewLock(t, db, bob.ID, "github.com/del/bob", time.Hour)
 
-	n, err := locks.DeleteUnreferenced(ctx, db, []string{credRef, appRef, orphan})
+	n, err := ls.DeleteUnreferenced(ctx, db, []string{credRef, appRef, orphan})
 	if err != nil || n != 1 {
 		t.Fatalf("DeleteUnreferenced = %d, %v; want 1", n, err)
 	}
@@ -629,14 +721,14 @@ func TestDeleteUnreferencedAndReleaseAll(t *testing.T) {
 	if got, want := events(t, db, "github.com/del/orphan"), []string{"collected github.com/del/orphan by  owner alice"}; !equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
-	if n, err := locks.DeleteUnreferenced(ctx, db, nil); err != nil || n != 0 {
+	if n, err := ls.DeleteUnreferenced(ctx, db, nil); err != nil || n != 0 {
 		t.Fatalf("DeleteUnreferenced(nil) = %d, %v", n, err)
 	}
 
 	// Release all of alice's locks once her references are gone.
 	mustExecLocks(t, db, `DELETE FROM applications WHERE cluster_user_id = $1`, alice.ID)
 	mustExecLocks(t, db, `DELETE FROM repository_credentials WHERE cluster_user_id = $1`, alice.ID)
-	n, err = locks.ReleaseAllForTenant(ctx, db, alice.ID, "alice")
+	n, err = ls.ReleaseAllForTenant(ctx, db, alice.ID, "alice")
 	if err != nil || n != 3 {
 		t.Fatalf("ReleaseAllForTenant = %d, %v; want 3", n, err)
 	}

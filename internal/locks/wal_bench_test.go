@@ -10,6 +10,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
 )
 
 // walOps is the number of operations each variant of BenchmarkAcquireWAL
@@ -29,14 +30,14 @@ const (
 // WAL bytes are deterministic where CPU time is not; pg_current_wal_lsn is
 // server-wide, so run it on a quiet server. Reported as WAL-bytes/op.
 func BenchmarkAcquireWAL(b *testing.B) {
-	acquire := func(ctx context.Context, db *database.DB, tenant string, i int) error {
-		_, err := locks.AcquireRepositoryCredentialURL(ctx, db, tenant, fmt.Sprintf("github.com/bench-wal/r%d", i))
+	acquire := func(ctx context.Context, _ *database.DB, ls *locks.Service, tenant string, i int) error {
+		_, err := ls.Acquire(ctx, ls.Rules(), tenant, normalize.Key(fmt.Sprintf("github.com/bench-wal/r%d", i)))
 		return err
 	}
 	for _, v := range []struct {
 		name  string
 		setup string
-		op    func(ctx context.Context, db *database.DB, tenant string, i int) error
+		op    func(ctx context.Context, db *database.DB, ls *locks.Service, tenant string, i int) error
 	}{
 		{"acquire", "", acquire},
 		// The index migration 000012 replaced with a partial one on
@@ -46,13 +47,13 @@ func BenchmarkAcquireWAL(b *testing.B) {
 		{"acquire_without_events_created_at_idx", `DROP INDEX repository_lock_events_created_at_idx`, acquire},
 		{"acquire_without_locks_tenant_idx", `DROP INDEX repositorylockowner_cluster_user_id_idx`, acquire},
 		{"acquire_without_tenant_fkey", `ALTER TABLE RepositoryLockOwner DROP CONSTRAINT repositorylockowner_cluster_user_id_fkey`, acquire},
-		{"lock_row_alone", "", func(ctx context.Context, db *database.DB, tenant string, i int) error {
+		{"lock_row_alone", "", func(ctx context.Context, db *database.DB, _ *locks.Service, tenant string, i int) error {
 			_, err := db.ExecContext(ctx, `
 				INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
 				VALUES ($1, 2, $2) ON CONFLICT (git_repository_url) DO NOTHING`, fmt.Sprintf("github.com/bench-wal/r%d", i), tenant)
 			return err
 		}},
-		{"floor_raw_insert", `CREATE TABLE bench_raw (k text PRIMARY KEY)`, func(ctx context.Context, db *database.DB, _ string, i int) error {
+		{"floor_raw_insert", `CREATE TABLE bench_raw (k text PRIMARY KEY)`, func(ctx context.Context, db *database.DB, _ *locks.Service, _ string, i int) error {
 			_, err := db.ExecContext(ctx, `INSERT INTO bench_raw (k) VALUES ($1) ON CONFLICT DO NOTHING`, fmt.Sprintf("%d", 1000000000000000+i))
 			return err
 		}},
@@ -64,6 +65,7 @@ func BenchmarkAcquireWAL(b *testing.B) {
 			// the WAL written is the same, the run is faster.
 			db.SetMaxOpenConns(1)
 			db.SetMaxIdleConns(1)
+			ls := newLocks(db)
 			if _, err := db.ExecContext(ctx, `SET synchronous_commit = off`); err != nil {
 				b.Fatal(err)
 			}
@@ -75,7 +77,7 @@ func BenchmarkAcquireWAL(b *testing.B) {
 			tenant := dbtest.NewTenant(b, db, "").ID
 			n := 0
 			for range walWarmup {
-				if err := v.op(ctx, db, tenant, n); err != nil {
+				if err := v.op(ctx, db, ls, tenant, n); err != nil {
 					b.Fatal(err)
 				}
 				n++
@@ -87,7 +89,7 @@ func BenchmarkAcquireWAL(b *testing.B) {
 					b.Fatal(err)
 				}
 				for range walOps {
-					if err := v.op(ctx, db, tenant, n); err != nil {
+					if err := v.op(ctx, db, ls, tenant, n); err != nil {
 						b.Fatal(err)
 					}
 					n++
