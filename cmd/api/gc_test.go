@@ -341,7 +341,7 @@ func TestGCCommandFull(t *testing.T) {
 	if code != 0 || !r.Full || r.Flagged != 3 || r.Deleted != 3 {
 		t.Fatalf("gc --full: exit %d, %+v, stderr %s", code, r, errOut)
 	}
-	if got, err := gc.GetRun(ctx, c.db, r.ID); err != nil || !got.Full || got.Flagged != 3 || got.Deleted != 3 {
+	if got, err := gc.New(c.db, testServices(t, c.db).locks, gc.Config{}).GetRun(ctx, r.ID); err != nil || !got.Full || got.Flagged != 3 || got.Deleted != 3 {
 		t.Fatalf("recorded run %+v, %v", got, err)
 	}
 	if n := c.count(`SELECT count(*) FROM RepositoryLockOwner`); n != 0 {

@@ -8,22 +8,22 @@ import (
 
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/tenants"
 )
 
 func TestLocksCommand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, url := dbtest.NewWithURL(t)
-	alice, _, err := tenants.Create(ctx, db, "alice", "")
+	svc := testServices(t, db)
+	alice, _, err := svc.tenants.Create(ctx, "alice", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := apps.CreateApplication(ctx, db, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/acme/web"})
+	app, err := svc.apps.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "web", RepoURL: "https://github.com/acme/web"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := apps.CreateRepositoryCredential(ctx, db, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "git@github.com:acme/web.git", SecretRef: "vault://w"}); err != nil {
+	if _, err := svc.apps.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "c", RepoURL: "git@github.com:acme/web.git", SecretRef: "vault://w"}); err != nil {
 		t.Fatal(err)
 	}
 	run := func(args ...string) (int, string, string) {

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,11 +16,8 @@ import (
 	"github.com/repolock/repolock/internal/contracttest"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
-	"github.com/repolock/repolock/internal/repostate"
-	"github.com/repolock/repolock/internal/syncstate"
-	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/httpapi/httpapitest"
 )
 
 const adminToken = "rla_test_admin_token"
@@ -85,20 +81,12 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 	for _, opt := range opts {
 		opt(e, &cfg)
 	}
-	// The services, wired as cmd/api serve wires them, on a registry of the
-	// test's own.
-	e.registry = prometheus.NewRegistry()
-	metrics, err := gc.NewMetrics(e.registry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcCfg := gc.Config{Logger: cfg.Logger, Metrics: metrics,
-		Cleaner: repostate.NewCleaner(db, repostate.CleanerConfig{Logger: cfg.Logger,
-			TenantExists: func(ctx context.Context, id string) (bool, error) { return tenants.Exists(ctx, db, id) }})}
-	cfg.Registry = e.registry
-	cfg.GC = gc.New(db, gcCfg)
-	cfg.Repositories = repostate.NewPostgres(db, repostate.Config{Logger: cfg.Logger})
-	cfg.Sync = syncstate.New(db, syncstate.Options{Logger: cfg.Logger})
+	// The services, wired as cmd/api serve wires them (httpapitest), on a
+	// registry of the test's own and with the logger the options chose.
+	svc := httpapitest.Config(t, db, cfg.Logger, adminToken)
+	cfg.Registry, cfg.GC, cfg.Repositories, cfg.Sync = svc.Registry, svc.GC, svc.Repositories, svc.Sync
+	cfg.Tenants, cfg.Locks, cfg.Apps, cfg.Rekey, cfg.Aliases, cfg.Reports = svc.Tenants, svc.Locks, svc.Apps, svc.Rekey, svc.Aliases, svc.Reports
+	e.registry = cfg.Registry
 	srv, err := httpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)

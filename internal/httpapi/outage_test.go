@@ -35,7 +35,7 @@ func newOutageEnv(t *testing.T, adjust func(*httpapi.Config)) *outageEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	_, token, err := tenants.Create(context.Background(), direct, "outage", "")
+	_, token, err := tenants.New(direct, nil).Create(context.Background(), "outage", "")
 	if err != nil {
 		t.Fatal(err)
 	}

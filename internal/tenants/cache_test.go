@@ -45,11 +45,11 @@ func TestCacheServesWithoutDatabase(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	u, token, err := tenants.Create(ctx, db, "cached", "")
+	u, token, err := newTenants(db).Create(ctx, "cached", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, other, err := tenants.Create(ctx, db, "uncached", "")
+	_, other, err := newTenants(db).Create(ctx, "uncached", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestCacheTTL(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	_, token, err := tenants.Create(ctx, db, "ttl", "")
+	_, token, err := newTenants(db).Create(ctx, "ttl", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestCacheTTL(t *testing.T) {
 	if _, err := c.Authenticate(ctx, db, token); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tenants.RevokeTokens(ctx, db, "ttl"); err != nil {
+	if _, err := newTenants(db).RevokeTokens(ctx, "ttl"); err != nil {
 		t.Fatal(err)
 	}
 	now.Add(int64(29 * time.Second))
@@ -116,15 +116,15 @@ func TestCacheInvalidatedByNotifications(t *testing.T) {
 	defer c.Close()
 	<-c.Connected()
 
-	_, revoked, err := tenants.Create(ctx, db, "revoked", "")
+	_, revoked, err := newTenants(db).Create(ctx, "revoked", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, deleted, err := tenants.Create(ctx, db, "deleted", "")
+	_, deleted, err := newTenants(db).Create(ctx, "deleted", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, kept, err := tenants.Create(ctx, db, "kept", "")
+	_, kept, err := newTenants(db).Create(ctx, "kept", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestCacheInvalidatedByNotifications(t *testing.T) {
 	if n := c.Len(); n != 3 {
 		t.Fatalf("cached %d tokens, want 3", n)
 	}
-	if _, err := tenants.RevokeTokens(ctx, other, "revoked"); err != nil {
+	if _, err := newTenants(other).RevokeTokens(ctx, "revoked"); err != nil {
 		t.Fatal(err)
 	}
 	refusedWithin(t, c, db, revoked, time.Second)
@@ -152,7 +152,10 @@ func TestCacheInvalidatedByNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tenants.RevokeTokens(ctx, tx, "kept"); err != nil {
+	// The service runs on the pool only: the revocation's statement, in
+	// the transaction.
+	if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = now()
+		WHERE cluster_user_id = (SELECT id FROM cluster_users WHERE name = 'kept') AND revoked_at IS NULL`); err != nil {
 		t.Fatal(err)
 	}
 	_ = tx.Rollback()
@@ -172,7 +175,7 @@ func TestCacheListenerReconnectFlushes(t *testing.T) {
 	defer c.Close()
 	<-c.Connected()
 	ctx := context.Background()
-	_, token, err := tenants.Create(ctx, db, "flushed", "")
+	_, token, err := newTenants(db).Create(ctx, "flushed", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +207,7 @@ func TestCacheConcurrent(t *testing.T) {
 	var tokens []string
 	var ids []string
 	for i := range 8 {
-		u, tok, err := tenants.Create(ctx, db, "c"+string(rune('a'+i)), "")
+		u, tok, err := newTenants(db).Create(ctx, "c"+string(rune('a'+i)), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,15 +49,16 @@ func TestCreateAuthenticateRevoke(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
+	ts := newTenants(db)
 
-	u, token, err := tenants.Create(ctx, db, "alice", "Alice A")
+	u, token, err := ts.Create(ctx, "alice", "Alice A")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(token, tenants.TokenPrefix) || len(token) < 40 {
 		t.Fatalf("token %q", token)
 	}
-	got, err := tenants.Authenticate(ctx, db, token)
+	got, err := ts.Authenticate(ctx, token)
 	if err != nil || got.ID != u.ID || got.Name != "alice" || got.DisplayName != "Alice A" {
 		t.Fatalf("Authenticate = %+v, %v", got, err)
 	}
@@ -70,28 +71,28 @@ func TestCreateAuthenticateRevoke(t *testing.T) {
 		t.Fatalf("stored %x", stored)
 	}
 
-	second, err := tenants.IssueToken(ctx, db, "alice")
+	second, err := ts.IssueToken(ctx, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"", "rlt_", token + "x", strings.ToUpper(token), "rla_" + token[4:]} {
-		if _, err := tenants.Authenticate(ctx, db, bad); repolock.ErrorCode(err) != repolock.EUnauthenticated {
+		if _, err := ts.Authenticate(ctx, bad); repolock.ErrorCode(err) != repolock.EUnauthenticated {
 			t.Errorf("Authenticate(%q) = %v, want unauthenticated", bad, err)
 		}
 	}
-	n, err := tenants.RevokeTokens(ctx, db, "alice")
+	n, err := ts.RevokeTokens(ctx, "alice")
 	if err != nil || n != 2 {
 		t.Fatalf("RevokeTokens = %d, %v; want 2", n, err)
 	}
 	for _, tok := range []string{token, second} {
-		if _, err := tenants.Authenticate(ctx, db, tok); repolock.ErrorCode(err) != repolock.EUnauthenticated {
+		if _, err := ts.Authenticate(ctx, tok); repolock.ErrorCode(err) != repolock.EUnauthenticated {
 			t.Errorf("revoked token still authenticates: %v", err)
 		}
 	}
-	if n, err := tenants.RevokeTokens(ctx, db, "alice"); err != nil || n != 0 {
+	if n, err := ts.RevokeTokens(ctx, "alice"); err != nil || n != 0 {
 		t.Fatalf("second revoke = %d, %v", n, err)
 	}
-	if _, err := tenants.RevokeTokens(ctx, db, "nobody"); repolock.ErrorCode(err) != repolock.ENotFound {
+	if _, err := ts.RevokeTokens(ctx, "nobody"); repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("revoke unknown user: %v", err)
 	}
 }
@@ -102,6 +103,7 @@ func TestCreateConcurrentSameName(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
+	ts := newTenants(db)
 	const n = 16
 	var wg sync.WaitGroup
 	codes := make([]repolock.Code, n)
@@ -109,7 +111,7 @@ func TestCreateConcurrentSameName(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, err := tenants.Create(ctx, db, "contested", "")
+			_, _, err := ts.Create(ctx, "contested", "")
 			codes[i] = repolock.ErrorCode(err)
 		}()
 	}
@@ -131,7 +133,7 @@ func TestCreateConcurrentSameName(t *testing.T) {
 	if err := db.GetContext(ctx, &tokens, `SELECT count(*) FROM api_tokens`); err != nil || tokens != 1 {
 		t.Fatalf("tokens = %d, %v; want 1", tokens, err)
 	}
-	list, err := tenants.List(ctx, db)
+	list, err := ts.List(ctx)
 	if err != nil || len(list) != 1 || list[0].Name != "contested" {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
@@ -142,6 +144,7 @@ func TestExists(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t)
 	alice := dbtest.NewTenant(t, db, "alice")
+	ts := newTenants(db)
 	tests := []struct {
 		id   string
 		want bool
@@ -152,7 +155,7 @@ func TestExists(t *testing.T) {
 		{"", false},
 	}
 	for _, tc := range tests {
-		got, err := tenants.Exists(ctx, db, tc.id)
+		got, err := ts.Exists(ctx, tc.id)
 		if err != nil || got != tc.want {
 			t.Errorf("Exists(%q) = %v, %v; want %v", tc.id, got, err, tc.want)
 		}
