@@ -54,8 +54,7 @@ func createsInOneBatch(t *testing.T, db *database.DB, tenant, blockerURL string,
 func TestCreatesOnThePoolShareABatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
-	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})) // the held batch holds up the queue
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 
@@ -122,8 +121,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 // each create alone, so that only that one fails.
 func TestCreatesBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})) // the held batch holds up the queue
 	alice := dbtest.NewTenant(t, db, "alice")
 	ghost := dbtest.NewTenant(t, db, "ghost")
 	if _, err := db.ExecContext(context.Background(), `DELETE FROM cluster_users WHERE id = $1`, ghost.ID); err != nil {

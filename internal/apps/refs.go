@@ -216,8 +216,10 @@ type createdRow[T row] struct {
 // Batcher for kind k: creates running at once share one statement and one
 // commit.
 func createWithNewLock[T row](ctx context.Context, db *database.DB, k *refs, r newRow) (T, bool, error) {
-	b := database.BatcherFor(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), func() *database.Batcher[newRow, createdRow[T]] {
-		return database.NewBatcher(db, database.BatchConfig[newRow]{Keys: newRowKeys},
+	name := "apps.create." + strings.ReplaceAll(k.noun, " ", "_")
+	//lint:ignore SA1019 until this package's service owns its Batcher (issue 23)
+	b := database.BatcherFor(db, name, func() *database.Batcher[newRow, createdRow[T]] {
+		return database.NewBatcher(db, name, database.BatchConfig[newRow]{Keys: newRowKeys},
 			func(ctx context.Context, in []newRow) ([]createdRow[T], error) {
 				return createBatch[T](ctx, db, k, in)
 			})

@@ -229,8 +229,9 @@ func insertLock(ctx context.Context, q database.Querier, l newLock) (string, err
 		}
 		return ids[0], nil
 	}
+	//lint:ignore SA1019 until this package's service owns its Batcher (issue 23)
 	b := database.BatcherFor(db, "locks.insertLocks", func() *database.Batcher[newLock, string] {
-		return database.NewBatcher(db, database.BatchConfig[newLock]{
+		return database.NewBatcher(db, "locks.insertLocks", database.BatchConfig[newLock]{
 			Keys: func(l newLock) []string { return []string{l.key} },
 		}, func(ctx context.Context, in []newLock) ([]string, error) {
 			return insertLocks(ctx, db, in)

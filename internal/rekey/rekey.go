@@ -148,7 +148,7 @@ func Run(ctx context.Context, db *database.DB, n *normalize.Normalizer, opts Opt
 		opts.Logger = slog.Default()
 	}
 	if !opts.DryRun {
-		conn, err := db.DB.Conn(ctx)
+		conn, err := db.Conn(ctx)
 		if err != nil {
 			return Report{}, database.MapError(err)
 		}
