@@ -43,12 +43,8 @@ func (d *dbFlags) pool(url string, cfg database.PoolConfig) (*database.DB, error
 	if !d.prepared {
 		url = database.ForTransactionPooling(url)
 	}
-	db, err := database.New(url, cfg)
-	if err != nil {
-		return nil, err
-	}
-	db.SetPreparedStatements(d.prepared)
-	return db, nil
+	cfg.NoPreparedStatements = !d.prepared
+	return database.New(url, cfg)
 }
 
 // open is pool followed by a ping, for commands that need the database

@@ -58,6 +58,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The metrics registry: the pool registers its own metrics there.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	poolCfg.Metrics = reg
 	// The pool does not connect here: serve listens at once, even while
 	// the database is unreachable, and gets ready when it answers.
 	db, err := common.db.pool(dbURL, poolCfg)
@@ -75,11 +79,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			"admin_token", *adminToken)
 	}
 	// Everything the server serves is built here, once, and handed over:
-	// the metrics registry, the one GC Collector (the scheduled loop below
-	// and POST /v1/admin/gc share it), the token cache and the stateful
-	// services.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// the metrics registry (above), the one GC Collector (the scheduled
+	// loop below and POST /v1/admin/gc share it), the token cache and the
+	// stateful services.
 	ret, err := gcLoop.run.retention()
 	if err != nil {
 		return err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"text/tabwriter"
 	"time"
-
 )
 
 func runTenant(ctx context.Context, e *env, args []string) error {

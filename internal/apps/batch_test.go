@@ -54,8 +54,7 @@ func createsInOneBatch(t *testing.T, db *database.DB, svc *apps.Service, tenant,
 func TestCreatesOnThePoolShareABatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
-	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})) // the held batch holds up the queue
 	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
@@ -123,8 +122,7 @@ func TestCreatesOnThePoolShareABatch(t *testing.T) {
 // each create alone, so that only that one fails.
 func TestCreatesBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})) // the held batch holds up the queue
 	svc, _ := newApps(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	ghost := dbtest.NewTenant(t, db, "ghost")

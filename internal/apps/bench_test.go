@@ -227,9 +227,7 @@ func BenchmarkLocks(b *testing.B) {
 	// per worker) and the HTTP server, so d and e run on the same pool.
 	// Postgres' max_connections is shared with everything else on the
 	// machine; the benchmark never holds more than these 32.
-	db := dbtest.New(b)
-	db.SetMaxOpenConns(benchWorkers)
-	db.SetMaxIdleConns(benchWorkers)
+	db := dbtest.New(b, dbtest.Pool(database.PoolConfig{MaxOpenConns: benchWorkers}))
 
 	serverErrors := &errorLog{Handler: slog.NewJSONHandler(io.Discard, nil), seen: map[string]int{}}
 	serverLog := slog.New(serverErrors)

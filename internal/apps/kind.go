@@ -340,12 +340,10 @@ type createdRow[T row] struct {
 // newCreateBatcher returns the Batcher of kind k's fast path: creates
 // running at once share one statement (createWithNewLock) and one commit.
 func newCreateBatcher[T row](db *database.DB, k *kind) *database.Batcher[newRow, createdRow[T]] {
-	return database.BatcherFor(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), func() *database.Batcher[newRow, createdRow[T]] {
-		return database.NewBatcher(db, database.BatchConfig[newRow]{Keys: newRowKeys},
-			func(ctx context.Context, in []newRow) ([]createdRow[T], error) {
-				return createBatch[T](ctx, db, k, in)
-			})
-	})
+	return database.NewBatcher(db, "apps.create."+strings.ReplaceAll(k.noun, " ", "_"), database.BatchConfig[newRow]{Keys: newRowKeys},
+		func(ctx context.Context, in []newRow) ([]createdRow[T], error) {
+			return createBatch[T](ctx, db, k, in)
+		})
 }
 
 // createBatch runs createWithNewLock's statement for a batch of creates

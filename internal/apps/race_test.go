@@ -111,9 +111,7 @@ func TestCreateRace(t *testing.T) {
 // concurrent transactions are plenty of contention on this machine, and
 // Postgres' max_connections is shared by every test process.
 func newRaceDB(t *testing.T) *database.DB {
-	db := dbtest.New(t)
-	db.SetMaxOpenConns(16)
-	return db
+	return dbtest.New(t, dbtest.Pool(database.PoolConfig{MaxOpenConns: 16}))
 }
 
 // churnResult counts what the churning goroutines saw.

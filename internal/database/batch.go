@@ -34,6 +34,7 @@ import (
 // runs under a context that ends when every caller of the batch has given
 // up (and carries the values of the first caller's context).
 type Batcher[In, Out any] struct {
+	name        string
 	run         func(ctx context.Context, in []In) ([]Out, error)
 	keys        func(In) []string
 	maxSize     int
@@ -58,7 +59,7 @@ type BatchConfig[In any] struct {
 	MaxInFlight int
 	// StallAfter is how long a running batch may hold up the calls
 	// waiting behind it before another batch starts beside it (default:
-	// the pool's SetBatchStallAfter, else DefaultBatchStallAfter): a batch
+	// the pool's PoolConfig.BatchStallAfter): a batch
 	// waiting for a row another transaction holds must not stall every
 	// other call.
 	StallAfter time.Duration
@@ -77,9 +78,14 @@ type call[In, Out any] struct {
 	done chan struct{} // closed when out and err are set
 }
 
-// NewBatcher returns a Batcher that runs its batches with run. The db sizes
-// MaxInFlight's default from its pool.
-func NewBatcher[In, Out any](db *DB, cfg BatchConfig[In], run func(ctx context.Context, in []In) ([]Out, error)) *Batcher[In, Out] {
+// NewBatcher returns a Batcher that runs its batches with run, registered
+// on db under name: name labels its stats (db.BatchStats) and metrics
+// (repolock_db_batches_total{statement=name}). A pool has one Batcher per
+// name: NewBatcher panics when db already has a Batcher of that name (a
+// wiring bug; build each Batcher once, where its statement's owner is
+// built). db sizes MaxInFlight's default from its pool and gives
+// StallAfter's (PoolConfig.BatchStallAfter).
+func NewBatcher[In, Out any](db *DB, name string, cfg BatchConfig[In], run func(ctx context.Context, in []In) ([]Out, error)) *Batcher[In, Out] {
 	if cfg.MaxSize <= 0 {
 		cfg.MaxSize = 64
 	}
@@ -87,33 +93,19 @@ func NewBatcher[In, Out any](db *DB, cfg BatchConfig[In], run func(ctx context.C
 		cfg.MaxInFlight = max(1, db.cfg.MaxOpenConns/4)
 	}
 	if cfg.StallAfter <= 0 {
-		cfg.StallAfter = db.batchStallAfter
+		cfg.StallAfter = db.cfg.BatchStallAfter
 	}
-	if cfg.StallAfter <= 0 {
-		cfg.StallAfter = DefaultBatchStallAfter
-	}
-	return &Batcher[In, Out]{run: run, keys: cfg.Keys, maxSize: cfg.MaxSize, maxInFlight: cfg.MaxInFlight,
+	b := &Batcher[In, Out]{name: name, run: run, keys: cfg.Keys, maxSize: cfg.MaxSize, maxInFlight: cfg.MaxInFlight,
 		stallAfter: cfg.StallAfter, leaders: make(map[*leader]struct{})}
-}
-
-// DefaultBatchStallAfter is BatchConfig.StallAfter's default.
-const DefaultBatchStallAfter = 50 * time.Millisecond
-
-// SetBatchStallAfter sets the StallAfter of the Batchers the pool makes
-// from now on (tests that hold a batch in flight and queue calls behind
-// it set it long).
-func (db *DB) SetBatchStallAfter(d time.Duration) { db.batchStallAfter = d }
-
-// BatcherFor returns db's Batcher named name, made by mk on first use: a
-// pool has one Batcher per statement, shared by every caller. mk must
-// always make a Batcher of the same types for the same name.
-func BatcherFor[In, Out any](db *DB, name string, mk func() *Batcher[In, Out]) *Batcher[In, Out] {
-	if b, ok := db.batchers.Load(name); ok {
-		return b.(*Batcher[In, Out])
+	if _, dup := db.batchers.LoadOrStore(name, batchStatser(b)); dup {
+		panic(fmt.Sprintf("database: a second Batcher named %q on one pool", name))
 	}
-	b, _ := db.batchers.LoadOrStore(name, mk())
-	return b.(*Batcher[In, Out])
+	return b
 }
+
+// DefaultBatchStallAfter is BatchConfig.StallAfter's default
+// (PoolConfig.BatchStallAfter's).
+const DefaultBatchStallAfter = 50 * time.Millisecond
 
 // Do runs in as one call of a batch and returns its result.
 func (b *Batcher[In, Out]) Do(ctx context.Context, in In) (Out, error) {
@@ -348,11 +340,14 @@ func (b *Batcher[In, Out]) runSafely(ctx context.Context, in []In) (outs []Out, 
 	return outs, err
 }
 
+// batchStatser is what the pool keeps of each of its Batchers.
+type batchStatser interface{ Stats() BatchStats }
+
 // BatchStats returns the counts of each of the pool's Batchers, by name.
 func (db *DB) BatchStats() map[string]BatchStats {
 	out := make(map[string]BatchStats)
 	db.batchers.Range(func(name, b any) bool {
-		out[name.(string)] = b.(interface{ Stats() BatchStats }).Stats()
+		out[name.(string)] = b.(batchStatser).Stats()
 		return true
 	})
 	return out

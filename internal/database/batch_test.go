@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repolock/repolock/internal/database"
 )
@@ -97,7 +101,7 @@ func doAll(ctx context.Context, b *database.Batcher[int, string], ins []int, res
 func TestBatcherGroupsCallsThatArriveWhileABatchRuns(t *testing.T) {
 	t.Parallel()
 	g := newGate()
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, g.run)
+	b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{StallAfter: time.Hour}, g.run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 
@@ -136,7 +140,7 @@ func TestBatcherGroupsCallsThatArriveWhileABatchRuns(t *testing.T) {
 func TestBatcherSecondBatchOnlyWhenAFullOneWaits(t *testing.T) {
 	t.Parallel()
 	g := newGate()
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{MaxSize: 4, MaxInFlight: 2, StallAfter: time.Hour}, g.run)
+	b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{MaxSize: 4, MaxInFlight: 2, StallAfter: time.Hour}, g.run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 	doAll(ctx, b, []int{0}, results)
@@ -186,7 +190,7 @@ func TestBatcherKeysNeverShareABatch(t *testing.T) {
 		}
 		return []string{fmt.Sprint("k", v%10)}
 	}
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{Keys: keys, StallAfter: time.Hour}, g.run)
+	b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{Keys: keys, StallAfter: time.Hour}, g.run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 	doAll(ctx, b, []int{1000}, results)
@@ -233,7 +237,7 @@ func TestBatcherCallerGivesUp(t *testing.T) {
 		close(statementDone)
 		return nil, ctx.Err()
 	}
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, run)
+	b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{StallAfter: time.Hour}, run)
 	first, cancelFirst := context.WithCancel(context.Background())
 	firstErr := make(chan error, 1)
 	go func() { _, err := b.Do(first, 1); firstErr <- err }()
@@ -282,7 +286,7 @@ func TestBatcherStalledBatchDoesNotHoldUpTheOthers(t *testing.T) {
 		}
 		return out, nil
 	}
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: 5 * time.Millisecond, MaxInFlight: 2}, run)
+	b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{StallAfter: 5 * time.Millisecond, MaxInFlight: 2}, run)
 	ctx := context.Background()
 	results := make(chan outcome, 100)
 	doAll(ctx, b, []int{0}, results)
@@ -318,7 +322,7 @@ func TestBatcherRunPanics(t *testing.T) {
 		}
 		return make([]string, len(in)), nil
 	}
-	b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{}, run)
+	b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{}, run)
 	if _, err := b.Do(context.Background(), 1); err == nil {
 		t.Fatal("a panicking batch returned no error")
 	}
@@ -364,7 +368,7 @@ func TestBatcherFailedStatement(t *testing.T) {
 				}
 				return out, nil
 			}
-			b := database.NewBatcher(unconnectedPool(t, 20), database.BatchConfig[int]{StallAfter: time.Hour}, run)
+			b := database.NewBatcher(unconnectedPool(t, 20), "test", database.BatchConfig[int]{StallAfter: time.Hour}, run)
 			results := make(chan outcome, 10)
 			doAll(context.Background(), b, []int{0}, results)
 			waitFor(t, "the held batch runs", func() bool { return b.Stats().Batches == 1 })
@@ -394,4 +398,106 @@ func TestBatcherFailedStatement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBatcherNames: a Batcher is registered on its pool under its name at
+// construction (BatchStats, metrics); a second one of the same name on the
+// same pool is a wiring bug and panics; another pool may use the name.
+func TestBatcherNames(t *testing.T) {
+	t.Parallel()
+	db := unconnectedPool(t, 20)
+	run := func(_ context.Context, in []int) ([]string, error) {
+		out := make([]string, len(in))
+		for i, v := range in {
+			out[i] = fmt.Sprint(v)
+		}
+		return out, nil
+	}
+	a := database.NewBatcher(db, "a", database.BatchConfig[int]{}, run)
+	if st, ok := db.BatchStats()["a"]; !ok || st != (database.BatchStats{}) {
+		t.Fatalf("stats of a new Batcher: %+v, %v; want zero, present", st, ok)
+	}
+	if out, err := a.Do(t.Context(), 7); err != nil || out != "7" {
+		t.Fatalf("Do = %q, %v", out, err)
+	}
+	if st := db.BatchStats()["a"]; st.Batches != 1 || st.Calls != 1 {
+		t.Fatalf("stats after one call: %+v", st)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `"a"`) {
+				t.Fatalf("a second Batcher named a: recovered %v, want a panic naming it", r)
+			}
+		}()
+		database.NewBatcher(db, "a", database.BatchConfig[string]{}, func(context.Context, []string) ([]int, error) { return nil, nil })
+	}()
+	database.NewBatcher(unconnectedPool(t, 20), "a", database.BatchConfig[int]{}, run)
+	if got := len(db.BatchStats()); got != 1 {
+		t.Fatalf("%d Batchers on the pool, want 1", got)
+	}
+}
+
+
+// TestPoolMetrics: a pool given a registry registers its pool statistics
+// and its Batchers' counts there, under the names docs/operations.md
+// lists; a second pool on the same registry is an error.
+func TestPoolMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	db, err := database.New("postgres://127.0.0.1:1/none?sslmode=disable", database.PoolConfig{MaxOpenConns: 7, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := database.NewBatcher(db, "x.insert", database.BatchConfig[int]{}, func(_ context.Context, in []int) ([]string, error) {
+		return make([]string, len(in)), nil
+	})
+	for range 3 {
+		if _, err := b.Do(t.Context(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]float64{
+		`go_sql_max_open_connections{db_name="repolock"}`:     7,
+		`repolock_db_batches_total{statement="x.insert"}`:     3,
+		`repolock_db_batch_calls_total{statement="x.insert"}`: 3,
+	}
+	got := gather(t, reg)
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if _, err := database.New("postgres://127.0.0.1:1/none?sslmode=disable", database.PoolConfig{Metrics: reg}); err == nil {
+		t.Error("a second pool on the same registry: no error")
+	}
+}
+
+// gather returns the registry's samples by name{labels}.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			name := mf.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[name] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }

@@ -23,8 +23,7 @@ import (
 // 40001; Transact must retry them all so that no increment is lost.
 func TestTransactRetriesRealSerializationFailures(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	db.SetRetryPolicy(database.RetryPolicy{MaxAttempts: 200, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond})
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{Retry: database.RetryPolicy{MaxAttempts: 200, BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond}}))
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL); INSERT INTO counter VALUES (1, 0)`); err != nil {
 		t.Fatal(err)
@@ -72,8 +71,7 @@ func TestTransactRetriesRealSerializationFailures(t *testing.T) {
 // TestTransactInjectedFaults injects retryable and non-retryable errors.
 func TestTransactInjectedFaults(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	db.SetRetryPolicy(database.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Microsecond, MaxDelay: time.Millisecond})
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{Retry: database.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Microsecond, MaxDelay: time.Millisecond}}))
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int)`); err != nil {
 		t.Fatal(err)
@@ -161,8 +159,7 @@ func TestTransactRollsBackOnPanic(t *testing.T) {
 
 func TestTransactStopsRetryingWhenContextIsDone(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	db.SetRetryPolicy(database.RetryPolicy{MaxAttempts: 1000, BaseDelay: 50 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{Retry: database.RetryPolicy{MaxAttempts: 1000, BaseDelay: 50 * time.Millisecond, MaxDelay: 50 * time.Millisecond}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
 	err := db.WithTx(ctx, func(tx database.Tx) error {

@@ -36,7 +36,7 @@ func NewMigrator(ctx context.Context, db *DB, logger *slog.Logger) (*Migrator, e
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	conn, err := db.DB.DB.Conn(ctx)
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: connect: %w", err)
 	}

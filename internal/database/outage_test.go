@@ -214,3 +214,90 @@ func TestTransactAfterConnectionsReset(t *testing.T) {
 		t.Fatalf("rows = %d, %v; want 6", n, err)
 	}
 }
+
+// TestQueryConnectionErrorDiscardsIdle: a statement run through the pool
+// (no transaction, no HTTP server) whose connection is cut fails with a
+// connection error, and the pool itself closes its idle connections then
+// (after a restart or a network cut they are broken too). Only the
+// statement's own connection is cut here, so without the discard the
+// others would still be idle.
+func TestQueryConnectionErrorDiscardsIdle(t *testing.T) {
+	t.Parallel()
+	_, direct := dbtest.NewWithURL(t)
+	p, url := dbtest.NewProxy(t, direct)
+	const size = 4
+	db, err := database.Open(t.Context(), url, database.PoolConfig{MaxOpenConns: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	// fill leaves size fresh idle connections.
+	fill := func() {
+		db.DiscardIdle()
+		conns := make([]interface{ Close() error }, 0, size)
+		for range size {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.PingContext(ctx); err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		if idle := db.Stats().Idle; idle != size {
+			t.Fatalf("idle = %d, want %d", idle, size)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(i int) error
+	}{
+		{"ExecContext", func(i int) error {
+			_, err := db.ExecContext(ctx, `INSERT INTO t VALUES ($1)`, i)
+			return err
+		}},
+		{"GetContext", func(i int) error {
+			var n int
+			return db.GetContext(ctx, &n, `SELECT count(*) FROM t WHERE id <> $1`, i)
+		}},
+		{"SelectContext", func(i int) error {
+			var ids []int
+			return db.SelectContext(ctx, &ids, `SELECT id FROM t WHERE id <> $1`, i)
+		}},
+		{"QueryRowxContext", func(i int) error {
+			var n int
+			return db.QueryRowxContext(ctx, `SELECT count(*) FROM t WHERE id <> $1`, i).Scan(&n)
+		}},
+		{"GetPrepared", func(i int) error {
+			var n int
+			return db.GetPrepared(ctx, &n, `SELECT count(*) FROM t WHERE id <> $1`, i)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fill()
+			before := db.Stats().MaxIdleClosed
+			cut := p.CutNextStatement()
+			err := tc.run(1000)
+			<-cut
+			if !database.IsConnectionError(err) {
+				t.Fatalf("statement on a cut connection: %v, want a connection error", err)
+			}
+			st := db.Stats()
+			if st.Idle != 0 || st.MaxIdleClosed-before != size-1 {
+				t.Fatalf("after the connection error: %d idle, %d closed as idle; want 0 idle, %d closed (the other connections discarded)",
+					st.Idle, st.MaxIdleClosed-before, size-1)
+			}
+			if err := tc.run(2000); err != nil && !repolock.IsCode(database.MapError(err), repolock.EAlreadyExists) {
+				t.Fatalf("the next statement: %v", err)
+			}
+		})
+	}
+}

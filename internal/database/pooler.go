@@ -109,7 +109,7 @@ func ConnString(rawURL string) (string, error) {
 // otherwise parses an unnamed statement in one exchange and binds it in a
 // second, and between the two PgBouncer may hand the server connection to
 // another client ("unnamed prepared statement does not exist"). Use it
-// together with SetPreparedStatements(false).
+// together with PoolConfig.NoPreparedStatements.
 func ForTransactionPooling(rawURL string) string {
 	if strings.Contains(rawURL, "binary_parameters=") {
 		return rawURL
@@ -126,13 +126,3 @@ func ForTransactionPooling(rawURL string) string {
 	}
 	return rawURL + " binary_parameters=yes"
 }
-
-// SetPreparedStatements turns the pool's prepared-statement cache (stmt.go)
-// on (the default) or off. Behind PgBouncer 1.18 in transaction pooling mode
-// it must be off: a statement prepared on one server connection does not
-// exist on the next one the pooler hands out. Off, GetPrepared runs its query
-// like GetContext. Call it before the pool is used.
-func (db *DB) SetPreparedStatements(on bool) { db.unprepared = !on }
-
-// PreparedStatements reports whether the prepared-statement cache is on.
-func (db *DB) PreparedStatements() bool { return !db.unprepared }

@@ -75,15 +75,11 @@ func TestPreparedStatementsOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.NewDatabase(t, true)
-	db, err := database.Open(ctx, database.ForTransactionPooling(url), database.PoolConfig{})
+	db, err := database.Open(ctx, database.ForTransactionPooling(url), database.PoolConfig{NoPreparedStatements: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	db.SetPreparedStatements(false)
-	if db.PreparedStatements() {
-		t.Fatal("PreparedStatements() = true after SetPreparedStatements(false)")
-	}
 	for i := 0; i < 20; i++ {
 		var s string
 		if err := db.GetPrepared(ctx, &s, `SELECT $1::text || '-' || $2::int`, "x", i); err != nil || s != "x-"+itoa(i) {

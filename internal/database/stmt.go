@@ -20,9 +20,9 @@ func (db *DB) Prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	if s, ok := db.stmts.Load(query); ok {
 		return s.(*sqlx.Stmt), nil
 	}
-	s, err := db.PreparexContext(ctx, query)
+	s, err := db.x.PreparexContext(ctx, query)
 	if err != nil {
-		return nil, err
+		return nil, db.seen(err)
 	}
 	if prev, loaded := db.stmts.LoadOrStore(query, s); loaded {
 		_ = s.Close()
@@ -33,27 +33,27 @@ func (db *DB) Prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
 
 // GetPrepared is GetContext through the pool's prepared statement for query,
 // or a plain GetContext when the pool runs without prepared statements
-// (SetPreparedStatements(false), for a transaction-pooling PgBouncer).
+// (PoolConfig.NoPreparedStatements, for a transaction-pooling PgBouncer).
 func (db *DB) GetPrepared(ctx context.Context, dest any, query string, args ...any) error {
-	if db.unprepared {
+	if db.cfg.NoPreparedStatements {
 		return db.GetContext(ctx, dest, query, args...)
 	}
 	s, err := db.Prepared(ctx, query)
 	if err != nil {
 		return err
 	}
-	return s.GetContext(ctx, dest, args...)
+	return db.seen(s.GetContext(ctx, dest, args...))
 }
 
 // SelectPrepared is SelectContext through the pool's prepared statement for
 // query (GetPrepared's rules).
 func (db *DB) SelectPrepared(ctx context.Context, dest any, query string, args ...any) error {
-	if db.unprepared {
+	if db.cfg.NoPreparedStatements {
 		return db.SelectContext(ctx, dest, query, args...)
 	}
 	s, err := db.Prepared(ctx, query)
 	if err != nil {
 		return err
 	}
-	return s.SelectContext(ctx, dest, args...)
+	return db.seen(s.SelectContext(ctx, dest, args...))
 }

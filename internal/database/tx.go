@@ -43,7 +43,7 @@ type TxOptions struct {
 //
 // The error returned is mapped with MapError.
 func (db *DB) Transact(ctx context.Context, opts TxOptions, fn func(tx Tx) error) error {
-	p := db.retry
+	p := db.cfg.Retry
 	if p.MaxAttempts < 1 {
 		p.MaxAttempts = 1
 	}
@@ -77,7 +77,7 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx Tx) error) error {
 }
 
 func (db *DB) transactOnce(ctx context.Context, opts TxOptions, fn func(tx Tx) error) (err error) {
-	tx, err := db.BeginTxx(ctx, &sql.TxOptions{Isolation: opts.Isolation, ReadOnly: opts.ReadOnly})
+	tx, err := db.x.BeginTxx(ctx, &sql.TxOptions{Isolation: opts.Isolation, ReadOnly: opts.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -101,10 +101,15 @@ func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
 // return n), waits until all n wait in the Batcher, and rolls the
 // transaction back, which lets the held call and then the queue go.
 //
-// Set a long db.SetBatchStallAfter first: otherwise a batch starts beside
-// the held one after database.DefaultBatchStallAfter.
+// db's Batchers must have a long StallAfter (a pool built with
+// dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})): otherwise
+// a batch starts beside the held one after database.DefaultBatchStallAfter.
 func QueueBehindHeldBatch(t testing.TB, db *database.DB, batcher, tenant, key string, held func(), queue func() int) {
 	t.Helper()
+	if d := db.Config().BatchStallAfter; d < time.Minute {
+		t.Fatalf("dbtest: QueueBehindHeldBatch: the pool's BatchStallAfter is %v: build it with "+
+			"dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour}), or a batch starts beside the held one", d)
+	}
 	blocker, pid := BeginWithPID(t, db)
 	if _, err := blocker.ExecContext(context.Background(), `
 		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,

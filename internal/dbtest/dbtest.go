@@ -75,23 +75,46 @@ var (
 )
 
 // New returns an open pool on a fresh, fully migrated database that is dropped
-// when t ends.
-func New(t testing.TB) *database.DB {
+// when t ends. Options configure the pool (Pool).
+func New(t testing.TB, opts ...Option) *database.DB {
 	t.Helper()
-	db, _ := NewWithURL(t)
+	db, _ := NewWithURL(t, opts...)
 	return db
+}
+
+// Option configures the pool New and NewWithURL open.
+type Option func(*database.PoolConfig)
+
+// Pool opens the test pool with cfg instead of the default one (PoolSize
+// connections, the database package's defaults): for tests that need
+// another size, retry policy or batch stall time, e.g.
+//
+//	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour}))
+//
+// A zero MaxOpenConns stays PoolSize.
+func Pool(cfg database.PoolConfig) Option {
+	return func(c *database.PoolConfig) {
+		if cfg.MaxOpenConns <= 0 {
+			cfg.MaxOpenConns = PoolSize
+		}
+		*c = cfg
+	}
 }
 
 // NewWithURL is New that also returns the database's connection URL, for tests
 // that start the real binary or open their own connections.
-func NewWithURL(t testing.TB) (*database.DB, string) {
+func NewWithURL(t testing.TB, opts ...Option) (*database.DB, string) {
 	t.Helper()
 	dbURL := NewDatabase(t, true)
 	ctx := context.Background()
 	// Packages and parallel tests each hold a pool: keep them small enough
 	// that a whole `go test ./...` stays under Postgres' default 100
 	// connections. Goroutines beyond the pool size queue for a connection.
-	db, err := database.Open(ctx, dbURL, database.PoolConfig{MaxOpenConns: PoolSize, MaxIdleConns: PoolSize})
+	cfg := database.PoolConfig{MaxOpenConns: PoolSize, MaxIdleConns: PoolSize}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	db, err := database.Open(ctx, dbURL, cfg)
 	if err != nil {
 		t.Fatalf("dbtest: open test database: %v", err)
 	}

@@ -152,11 +152,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if status == http.StatusServiceUnavailable {
 		// Every 503 says when to come back (docs/operations.md).
 		c.Response().Header().Set("Retry-After", RetryAfterSeconds)
-		if database.IsConnectionError(err) {
-			// The pooled connections are most likely broken too:
-			// discard them rather than hand them out one by one.
-			s.DB.DiscardIdle()
-		}
 	}
 	if status >= 500 {
 		s.Logger.ErrorContext(c.Request().Context(), "request failed",

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/database"
 )
 
 type httpMetrics struct {
@@ -221,28 +220,5 @@ func (s *Server) timeout(next echo.HandlerFunc) echo.HandlerFunc {
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)
-	}
-}
-
-// batchCollector exports the pool's Batchers' counts (database.Batcher):
-// calls / batches is the mean batch size of a statement.
-type batchCollector struct{ db *database.DB }
-
-var (
-	batchesDesc = prometheus.NewDesc("repolock_db_batches_total",
-		"Statements run by a batcher of concurrent writes (group commit), by statement.", []string{"statement"}, nil)
-	batchCallsDesc = prometheus.NewDesc("repolock_db_batch_calls_total",
-		"Calls (requests) those statements carried, by statement; divided by repolock_db_batches_total, the mean batch size.", []string{"statement"}, nil)
-)
-
-func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- batchesDesc
-	ch <- batchCallsDesc
-}
-
-func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, st := range c.db.BatchStats() {
-		ch <- prometheus.MustNewConstMetric(batchesDesc, prometheus.CounterValue, float64(st.Batches), name)
-		ch <- prometheus.MustNewConstMetric(batchCallsDesc, prometheus.CounterValue, float64(st.Calls), name)
 	}
 }

@@ -7,7 +7,6 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
@@ -46,9 +44,9 @@ type Config struct {
 	RateLimit float64
 	RateBurst int
 	// Registry is the process's metrics registry, owned by the caller: the
-	// server registers its HTTP and database pool metrics on it (once; a
-	// second server on the same registry is an error) and serves it on
-	// /metrics. Required.
+	// server registers its HTTP metrics on it (once; a second server on
+	// the same registry is an error) and serves it on /metrics (the pool
+	// registers its own there: database.PoolConfig.Metrics). Required.
 	Registry *prometheus.Registry
 	// Repositories serves /v1/repositories (internal/repostate). Required.
 	Repositories *repostate.Service
@@ -126,12 +124,6 @@ func New(cfg Config) (*Server, error) {
 	metrics, err := newHTTPMetrics(cfg.Registry)
 	if err != nil {
 		return nil, err
-	}
-	if err := cfg.Registry.Register(collectors.NewDBStatsCollector(cfg.DB.DB.DB, "repolock")); err != nil {
-		return nil, fmt.Errorf("httpapi: register the database pool metrics: %w", err)
-	}
-	if err := cfg.Registry.Register(batchCollector{db: cfg.DB}); err != nil {
-		return nil, fmt.Errorf("httpapi: register the batch metrics: %w", err)
 	}
 
 	e := echo.New()

@@ -55,8 +55,7 @@ func acquiresInOneBatch(t *testing.T, db *database.DB, ls *locks.Service, tenant
 func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
-	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})) // the held batch holds up the queue
 	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
@@ -128,8 +127,7 @@ func TestAcquiresOnThePoolShareABatch(t *testing.T) {
 // re-runs each acquire alone, so that only that one fails (not found).
 func TestAcquiresBatchFailureIsolated(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	db.SetBatchStallAfter(time.Hour) // the held batch holds up the queue
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour})) // the held batch holds up the queue
 	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	acquires := map[string][2]string{"ghost": {uuid.NewString(), "github.com/acme/ghost"}}

@@ -169,11 +169,10 @@ func TestAcquireRejects(t *testing.T) {
 func TestAcquireRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := dbtest.New(t)
 	// 16 concurrent transactions are plenty of contention on this machine;
 	// more would eat into Postgres' max_connections, which every test
 	// process shares.
-	db.SetMaxOpenConns(16)
+	db := dbtest.New(t, dbtest.Pool(database.PoolConfig{MaxOpenConns: 16}))
 	ls := newLocks(db)
 	const nTenants, perTenant, urls = 8, 4, 50
 	us := make([]tenants.Tenant, nTenants)

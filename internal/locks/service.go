@@ -28,18 +28,18 @@ type Service struct {
 
 // New returns the locks service on db, keying and checking keys under
 // rules (the deployment's rules, with its configured aliases). Both are
-// required: a missing one is a wiring error and panics at start-up.
+// required: a missing one is a wiring error and panics at start-up. It
+// builds the pool's acquire Batcher ("locks.insertLocks"): one service per
+// pool (a second panics).
 func New(db *database.DB, rules normalize.Source) *Service {
 	if db == nil || rules == nil {
 		panic("locks.New: a pool and the keying rules are required")
 	}
 	s := &Service{db: db, rules: rules}
-	s.pool = onPool{db: db, insert: database.BatcherFor(db, "locks.insertLocks", func() *database.Batcher[newLock, string] {
-		return database.NewBatcher(db, database.BatchConfig[newLock]{
-			Keys: func(l newLock) []string { return []string{l.key} },
-		}, func(ctx context.Context, in []newLock) ([]string, error) {
-			return insertLocks(ctx, onPool{db: db}, in)
-		})
+	s.pool = onPool{db: db, insert: database.NewBatcher(db, "locks.insertLocks", database.BatchConfig[newLock]{
+		Keys: func(l newLock) []string { return []string{l.key} },
+	}, func(ctx context.Context, in []newLock) ([]string, error) {
+		return insertLocks(ctx, onPool{db: db}, in)
 	})}
 	return s
 }

@@ -60,11 +60,9 @@ func BenchmarkAcquireWAL(b *testing.B) {
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			ctx := context.Background()
-			db := dbtest.New(b)
 			// One connection, without waiting for each commit's flush:
 			// the WAL written is the same, the run is faster.
-			db.SetMaxOpenConns(1)
-			db.SetMaxIdleConns(1)
+			db := dbtest.New(b, dbtest.Pool(database.PoolConfig{MaxOpenConns: 1}))
 			ls := newLocks(db)
 			if _, err := db.ExecContext(ctx, `SET synchronous_commit = off`); err != nil {
 				b.Fatal(err)

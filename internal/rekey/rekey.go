@@ -165,7 +165,7 @@ func (s *Service) Run(ctx context.Context, n *normalize.Normalizer, opts Options
 		opts.Logger = slog.Default()
 	}
 	if !opts.DryRun {
-		conn, err := db.DB.Conn(ctx)
+		conn, err := db.Conn(ctx)
 		if err != nil {
 			return Report{}, database.MapError(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
 )
 
 // TestConcurrentEventsIndexResultsAndResets runs event batches from two
@@ -21,8 +22,7 @@ import (
 // repository and the host cursors the largest cursor sent.
 func TestConcurrentEventsIndexResultsAndResets(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	f.db.SetRetryPolicy(database.RetryPolicy{MaxAttempts: 1})
+	f := newFixture(t, dbtest.Pool(database.PoolConfig{Retry: database.RetryPolicy{MaxAttempts: 1}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hosts := []string{"a.example", "b.example"}

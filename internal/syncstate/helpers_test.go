@@ -25,9 +25,9 @@ type fixture struct {
 	tenant string
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB, opts ...dbtest.Option) *fixture {
 	t.Helper()
-	db := dbtest.New(t)
+	db := dbtest.New(t, opts...)
 	return &fixture{db: db, store: New(db, Options{Now: func() time.Time { return testNow }}), tenant: dbtest.NewTenant(t, db, "").ID}
 }
 
