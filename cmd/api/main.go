@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/version"
 )
 
 // command is one subcommand. run gets the arguments after the command name
@@ -144,7 +144,7 @@ func errUnknownAction(e *env, fs *flag.FlagSet, action string) error {
 }
 
 func printVersion(w io.Writer) {
-	v := httpapi.Version()
+	v := version.Get()
 	rev := v.Revision
 	if rev == "" {
 		rev = "unknown"

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/version"
 )
 
 // withRateLimit sets Config.RateLimit and RateBurst.
@@ -145,7 +146,7 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t)
 	resp := e.must(http.StatusOK, http.MethodGet, "/version", "", nil)
-	want := httpapi.Version()
+	want := version.Get()
 	if resp["version"] != want.Version || resp["revision"] != want.Revision || resp["go_version"] != want.GoVersion || want.GoVersion == "" {
 		t.Fatalf("GET /version = %v, want %+v", resp, want)
 	}
