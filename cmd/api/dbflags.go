@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"time"
@@ -25,9 +24,9 @@ type dbFlags struct {
 	env        *env
 }
 
-func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
-	d.env = e
-	fs.BoolVar(&d.prepared, "db-prepared-statements", envBool(e, "DB_PREPARED_STATEMENTS", true),
+func (d *dbFlags) register(fs *flagSet) {
+	d.env = fs.env
+	fs.BoolVar(&d.prepared, "db-prepared-statements", fs.envBool("DB_PREPARED_STATEMENTS", true),
 		"cache prepared statements; false behind PgBouncer in transaction pooling mode [DB_PREPARED_STATEMENTS]")
 	// URLs may hold passwords: read from the environment after parsing,
 	// never shown as defaults by --help.

@@ -23,22 +23,22 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "serve", "", "Runs the HTTP API until SIGINT or SIGTERM, then shuts down gracefully.")
 	var (
 		common          commonFlags
-		listen          = fs.String("listen", envOr(e, "LISTEN_ADDR", "127.0.0.1:8080"), "address to listen on; port 0 picks a free one [LISTEN_ADDR]")
+		listen          = fs.String("listen", fs.envOr("LISTEN_ADDR", "127.0.0.1:8080"), "address to listen on; port 0 picks a free one [LISTEN_ADDR]")
 		adminToken      = fs.String("admin-token", "", "token for /v1/admin routes; random and logged once when empty (development only) [ADMIN_TOKEN]")
-		migrateOnStart  = fs.Bool("migrate-on-start", envBool(e, "MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
-		requestTimeout  = fs.Duration("request-timeout", envDuration(e, "REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
-		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
-		rateLimit       = fs.Float64("rate-limit", envFloat(e, "RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
-		rateBurst       = fs.Int("rate-burst", envInt(e, "RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
-		aliasRefresh    = fs.Duration("alias-refresh", envDuration(e, "ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
-		debugListen     = fs.String("debug-listen", envOr(e, "DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
+		migrateOnStart  = fs.Bool("migrate-on-start", fs.envBool("MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
+		requestTimeout  = fs.Duration("request-timeout", fs.envDuration("REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
+		shutdownTimeout = fs.Duration("shutdown-timeout", fs.envDuration("SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
+		rateLimit       = fs.Float64("rate-limit", fs.envFloat("RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
+		rateBurst       = fs.Int("rate-burst", fs.envInt("RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
+		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
+		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 	)
-	common.register(fs, e)
+	common.register(fs)
 	var gcLoop gcLoopFlags
-	gcLoop.register(fs, e)
+	gcLoop.register(fs)
 	var pool poolFlags
-	pool.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	pool.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
