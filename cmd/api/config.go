@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strconv"
@@ -98,19 +99,42 @@ func (c *commonFlags) register(fs *flagSet) {
 	fs.StringVar(&c.logFormat, "log-format", fs.envOr("LOG_FORMAT", "json"), "log format: json or text [LOG_FORMAT]")
 }
 
-func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-level / LOG_LEVEL %q: want debug, info, warn or error", c.logLevel)}
+// logConfig is the validated --log-level and --log-format.
+type logConfig struct {
+	Level slog.Level
+	JSON  bool // false: text
+}
+
+func (c *commonFlags) logConfig() (logConfig, error) {
+	var lc logConfig
+	if err := lc.Level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return logConfig{}, &exitError{code: 2, err: fmt.Errorf("invalid --log-level / LOG_LEVEL %q: want debug, info, warn or error", c.logLevel)}
 	}
-	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(c.logFormat) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+		lc.JSON = true
 	case "text":
-		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+	default:
+		return logConfig{}, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
 	}
-	return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
+	return lc, nil
+}
+
+// newLogger returns the logger lc describes, writing to w.
+func newLogger(w io.Writer, lc logConfig) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: lc.Level}
+	if lc.JSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
+	lc, err := c.logConfig()
+	if err != nil {
+		return nil, err
+	}
+	return newLogger(e.stderr, lc), nil
 }
 
 func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {

@@ -184,32 +184,46 @@ type gcLoopFlags struct {
 
 func (g *gcLoopFlags) register(fs *flagSet) {
 	fs.DurationVar(&g.interval, "gc-interval", fs.envDuration("GC_INTERVAL", 10*time.Minute),
-		"run the global lock GC about this often (±10% jitter; replicas share the work through a lease); 0 disables [GC_INTERVAL]")
+		"run the global lock GC about this often (±10% jitter; replicas share the work through a lease); 0 is off (no scheduled collections) [GC_INTERVAL]")
 	g.run.register(fs, "gc-")
 }
 
-// start starts the scheduled collections of serve on c, the process's one
-// Collector (POST /v1/admin/gc uses it too), and returns the function that
-// stops them (waiting for a run in progress to be recorded).
-func (g *gcLoopFlags) start(ctx context.Context, c *gc.Collector, logger *slog.Logger) (stop func(), err error) {
+// gcLoopConfig is serve's scheduled collections: Interval 0 is off.
+type gcLoopConfig struct {
+	Interval time.Duration
+	Options  gc.Options
+}
+
+// config checks the flags of the scheduled collections.
+func (g *gcLoopFlags) config() (gcLoopConfig, error) {
 	if g.interval < 0 {
-		return nil, fmt.Errorf("--gc-interval must not be negative")
+		return gcLoopConfig{}, fmt.Errorf("--gc-interval must not be negative")
 	}
 	if g.interval == 0 {
-		logger.Info("gc: scheduled collections are disabled (GC_INTERVAL=0)")
-		return func() {}, nil
+		return gcLoopConfig{}, nil
 	}
 	opts := gc.DefaultLoopOptions(g.interval)
 	opts.BatchSize, opts.MinAge = g.run.batchSize, g.run.minAge
 	if opts.BatchSize < 1 || opts.BatchSize > gc.MaxBatchSize || opts.MinAge < 0 {
-		return nil, fmt.Errorf("--gc-batch-size must be 1..%d and --gc-min-age not negative", gc.MaxBatchSize)
+		return gcLoopConfig{}, fmt.Errorf("--gc-batch-size must be 1..%d and --gc-min-age not negative", gc.MaxBatchSize)
+	}
+	return gcLoopConfig{Interval: g.interval, Options: opts}, nil
+}
+
+// startGCLoop starts the scheduled collections of serve on c, the process's
+// one Collector (POST /v1/admin/gc uses it too), and returns the function
+// that stops them (waiting for a run in progress to be recorded).
+func startGCLoop(ctx context.Context, c *gc.Collector, cfg gcLoopConfig, logger *slog.Logger) (stop func()) {
+	if cfg.Interval == 0 {
+		logger.Info("gc: scheduled collections are disabled (GC_INTERVAL=0)")
+		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.RunLoop(ctx, gc.LoopConfig{Interval: g.interval, Options: opts})
+		c.RunLoop(ctx, gc.LoopConfig{Interval: cfg.Interval, Options: cfg.Options})
 	}()
-	return func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }

@@ -57,18 +57,29 @@ func (p *poolFlags) config() (database.PoolConfig, error) {
 	return database.PoolConfig{MaxOpenConns: p.maxOpen, MaxIdleConns: p.maxIdle, ConnMaxLifetime: p.maxLifetime, ConnMaxIdleTime: p.maxIdleTime}, nil
 }
 
-// cache returns the token cache (nil when disabled); Start connects its
-// listener.
-func (p *poolFlags) cache(url string, logger *slog.Logger) *tenants.Cache {
-	if p.cacheSize == 0 {
+// tokenCacheConfig is the token cache's configuration: Size 0 is off.
+type tokenCacheConfig struct {
+	Size   int
+	TTL    time.Duration
+	Listen bool
+}
+
+func (p *poolFlags) tokenCache() tokenCacheConfig {
+	return tokenCacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, Listen: p.cacheListen}
+}
+
+// newTokenCache returns the token cache, or nil when it is off (Size 0);
+// with Listen, its listener connects to listenURL when Start is called.
+func newTokenCache(cfg tokenCacheConfig, listenURL string, logger *slog.Logger) *tenants.Cache {
+	if cfg.Size == 0 {
 		logger.Info("token cache disabled (TOKEN_CACHE_SIZE=0): every request authenticates against the database")
 		return nil
 	}
-	cfg := tenants.CacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, Logger: logger}
-	if p.cacheListen {
-		cfg.ListenURL = url
+	cc := tenants.CacheConfig{Size: cfg.Size, TTL: cfg.TTL, Logger: logger}
+	if cfg.Listen {
+		cc.ListenURL = listenURL
 	}
-	return tenants.NewCache(cfg)
+	return tenants.NewCache(cc)
 }
 
 // url returns the database URL of the flags or the environment.

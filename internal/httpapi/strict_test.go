@@ -227,3 +227,15 @@ func TestRateLimit(t *testing.T) {
 		e.must(http.StatusOK, http.MethodGet, "/v1/admin/users", adminToken, nil)
 	}
 }
+
+// TestRateLimitOff: RateLimit 0 is off, as on --rate-limit: a tenant is
+// never refused, however far past the burst it goes (with the limit on,
+// TestRateLimit's fourth request is refused).
+func TestRateLimitOff(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, withRateLimit(0, 1))
+	alice := e.tenant("alice")
+	for i := 0; i < 20; i++ {
+		e.must(http.StatusOK, http.MethodGet, "/v1/me", alice, nil)
+	}
+}
