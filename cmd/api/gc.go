@@ -33,9 +33,9 @@ func (g *gcRunFlags) register(fs *flagSet, prefix string) {
 	// Retention is enforced by every run that is not a dry run: the same
 	// flag names in api gc and api serve.
 	fs.DurationVar(&g.ret.Events, "event-retention", fs.envDuration("EVENT_RETENTION", gc.DefaultEventRetention),
-		"delete lock events (repository_lock_events) this long after their last occurrence; at least 24h, negative keeps them forever [EVENT_RETENTION]")
+		"delete lock events (repository_lock_events) this long after their last occurrence; at least 24h; negative is off (kept forever); 0 means the default [EVENT_RETENTION]")
 	fs.DurationVar(&g.ret.Runs, "gc-run-retention", fs.envDuration("GC_RUN_RETENTION", gc.DefaultRunRetention),
-		"delete finished GC runs older than this that are not among the newest --gc-runs-kept; at least 24h, negative keeps them forever [GC_RUN_RETENTION]")
+		"delete finished GC runs older than this that are not among the newest --gc-runs-kept; at least 24h; negative is off (kept forever); 0 means the default [GC_RUN_RETENTION]")
 	fs.IntVar(&g.ret.RunsKept, "gc-runs-kept", fs.envInt("GC_RUNS_KEPT", gc.DefaultRunsKept),
 		"the newest GC runs kept whatever their age [GC_RUNS_KEPT]")
 }

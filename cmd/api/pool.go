@@ -31,13 +31,13 @@ func (p *poolFlags) register(fs *flagSet) {
 	fs.IntVar(&p.maxIdle, "db-max-idle-conns", fs.envInt("DB_MAX_IDLE_CONNS", 0),
 		"connections kept open while idle; 0 means the same as --db-max-open-conns (lower values reopen Postgres sessions under load) [DB_MAX_IDLE_CONNS]")
 	fs.DurationVar(&p.maxLifetime, "db-conn-max-lifetime", fs.envDuration("DB_CONN_MAX_LIFETIME", 30*time.Minute),
-		"close connections older than this [DB_CONN_MAX_LIFETIME]")
+		"close connections older than this; 0 means the default, 30m [DB_CONN_MAX_LIFETIME]")
 	fs.DurationVar(&p.maxIdleTime, "db-conn-max-idle-time", fs.envDuration("DB_CONN_MAX_IDLE_TIME", 5*time.Minute),
-		"close connections idle for longer than this [DB_CONN_MAX_IDLE_TIME]")
+		"close connections idle for longer than this; 0 means the default, 5m [DB_CONN_MAX_IDLE_TIME]")
 	fs.IntVar(&p.cacheSize, "token-cache-size", fs.envInt("TOKEN_CACHE_SIZE", tenants.DefaultCacheSize),
-		"tokens cached in process (token hash -> tenant); 0 disables the cache: every request asks the database [TOKEN_CACHE_SIZE]")
+		"tokens cached in process (token hash -> tenant); 0 is off (no cache): every request asks the database [TOKEN_CACHE_SIZE]")
 	fs.DurationVar(&p.cacheTTL, "token-cache-ttl", fs.envDuration("TOKEN_CACHE_TTL", tenants.DefaultCacheTTL),
-		"how long a cached token is trusted without a notification; the bound on revocation delay when notifications are lost [TOKEN_CACHE_TTL]")
+		"how long a cached token is trusted without a notification; the bound on revocation delay when notifications are lost; 0 means the default [TOKEN_CACHE_TTL]")
 	fs.BoolVar(&p.cacheListen, "token-cache-listen", fs.envBool("TOKEN_CACHE_LISTEN", true),
 		"LISTEN for token revocations and tenant deletions (one extra connection); false: revocations take up to --token-cache-ttl (e.g. behind a transaction-pooling PgBouncer) [TOKEN_CACHE_LISTEN]")
 }
