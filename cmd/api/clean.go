@@ -18,11 +18,11 @@ func runClean(ctx context.Context, e *env, args []string) error {
 	var (
 		common  commonFlags
 		metrics metricsTextfile
-		timeout = fs.Duration("timeout", envDuration(e, "GC_TIMEOUT", 10*time.Minute), "give up after this long [GC_TIMEOUT]")
+		timeout = fs.Duration("timeout", fs.envDuration("GC_TIMEOUT", 10*time.Minute), "give up after this long [GC_TIMEOUT]")
 	)
-	metrics.register(fs, e)
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	metrics.register(fs)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -4,22 +4,31 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/repolock/repolock/internal/database"
 )
 
-// newFlagSet returns a FlagSet that reports errors instead of exiting, with a
-// usage text naming the command.
-func newFlagSet(e *env, name, argsUsage, summary string) *flag.FlagSet {
-	fs := flag.NewFlagSet("api "+name, flag.ContinueOnError)
+// flagSet is one command's flags. Its env* helpers give a flag its default
+// from the environment and keep the variables that did not parse; parse
+// reports them before it parses the arguments. Nothing is shared between
+// commands: each command makes its own flagSet.
+type flagSet struct {
+	*flag.FlagSet
+	env     *env
+	envErrs []string // environment variables that did not parse (badEnv)
+}
+
+// newFlagSet returns a flagSet that reports errors instead of exiting, with
+// a usage text naming the command.
+func newFlagSet(e *env, name, argsUsage, summary string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet("api "+name, flag.ContinueOnError), env: e}
 	fs.SetOutput(e.stderr)
-	flagSetEnv.Store(fs, e)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: api %s [flags] %s\n\n%s\n\nFlags (each defaults to the environment variable named in brackets):\n", name, argsUsage, summary)
 		fs.PrintDefaults()
@@ -27,34 +36,28 @@ func newFlagSet(e *env, name, argsUsage, summary string) *flag.FlagSet {
 	return fs
 }
 
-// flagSetEnv is the env of each FlagSet newFlagSet made: parseFlags reports
-// the environment variables its env* defaults could not parse.
-var flagSetEnv sync.Map // *flag.FlagSet -> *env
-
-// parseFlags parses args, allowing flags before, between and after the
+// parse parses args, allowing flags before, between and after the
 // positional arguments (as in "migrate down --all"), and returns the
-// positional ones. A parse error becomes errUsage; everything after "--" is
-// positional.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	if v, ok := flagSetEnv.LoadAndDelete(fs); ok {
-		e := v.(*env)
-		// Asked for help: the usage goes to stdout and the exit code is 0.
-		for _, a := range args {
-			if a == "--" {
-				break
-			}
-			if a == "-h" || a == "--h" || a == "-help" || a == "--help" {
-				fs.SetOutput(e.stdout)
-				fs.Usage()
-				return nil, flag.ErrHelp
-			}
+// positional ones. Asked for help, it prints the usage on stdout and
+// returns flag.ErrHelp (exit 0). An environment variable that did not
+// parse, or a flag that does not, is errUsage (exit 2); everything after
+// "--" is positional.
+func (fs *flagSet) parse(args []string) ([]string, error) {
+	for _, a := range args {
+		if a == "--" {
+			break
 		}
-		if errs := e.takeEnvErrors(); len(errs) > 0 {
-			for _, msg := range errs {
-				fmt.Fprintf(e.stderr, "%s: %s\n", fs.Name(), msg)
-			}
-			return nil, errUsage
+		if a == "-h" || a == "--h" || a == "-help" || a == "--help" {
+			fs.SetOutput(fs.env.stdout)
+			fs.Usage()
+			return nil, flag.ErrHelp
 		}
+	}
+	if len(fs.envErrs) > 0 {
+		for _, msg := range fs.envErrs {
+			fmt.Fprintf(fs.env.stderr, "%s: %s\n", fs.Name(), msg)
+		}
+		return nil, errUsage
 	}
 	var positional []string
 	for {
@@ -86,29 +89,52 @@ type commonFlags struct {
 	db          dbFlags // dbflags.go
 }
 
-func (c *commonFlags) register(fs *flag.FlagSet, e *env) {
+func (c *commonFlags) register(fs *flagSet) {
 	// Secrets are read from the environment after parsing, never used as
 	// flag defaults: --help would print them.
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres connection URL [DATABASE_URL]")
-	c.env = e
-	c.db.register(fs, e)
-	fs.StringVar(&c.logLevel, "log-level", envOr(e, "LOG_LEVEL", "info"), "log level: debug, info, warn, error [LOG_LEVEL]")
-	fs.StringVar(&c.logFormat, "log-format", envOr(e, "LOG_FORMAT", "json"), "log format: json or text [LOG_FORMAT]")
+	c.env = fs.env
+	c.db.register(fs)
+	fs.StringVar(&c.logLevel, "log-level", fs.envOr("LOG_LEVEL", "info"), "log level: debug, info, warn, error [LOG_LEVEL]")
+	fs.StringVar(&c.logFormat, "log-format", fs.envOr("LOG_FORMAT", "json"), "log format: json or text [LOG_FORMAT]")
+}
+
+// logConfig is the validated --log-level and --log-format.
+type logConfig struct {
+	Level slog.Level
+	JSON  bool // false: text
+}
+
+func (c *commonFlags) logConfig() (logConfig, error) {
+	var lc logConfig
+	if err := lc.Level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return logConfig{}, &exitError{code: 2, err: fmt.Errorf("invalid --log-level / LOG_LEVEL %q: want debug, info, warn or error", c.logLevel)}
+	}
+	switch strings.ToLower(c.logFormat) {
+	case "json":
+		lc.JSON = true
+	case "text":
+	default:
+		return logConfig{}, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
+	}
+	return lc, nil
+}
+
+// newLogger returns the logger lc describes, writing to w.
+func newLogger(w io.Writer, lc logConfig) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: lc.Level}
+	if lc.JSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 func (c *commonFlags) logger(e *env) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-level / LOG_LEVEL %q: want debug, info, warn or error", c.logLevel)}
+	lc, err := c.logConfig()
+	if err != nil {
+		return nil, err
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch strings.ToLower(c.logFormat) {
-	case "json":
-		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
-	}
-	return nil, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
+	return newLogger(e.stderr, lc), nil
 }
 
 func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
@@ -137,7 +163,7 @@ func (c *commonFlags) connect(ctx context.Context, e *env) (*slog.Logger, *datab
 
 // noArgs prints the usage and returns errUsage when positional arguments
 // were given to a command that takes none.
-func noArgs(fs *flag.FlagSet, pos []string) error {
+func noArgs(fs *flagSet, pos []string) error {
 	if len(pos) != 0 {
 		fs.Usage()
 		return errUsage
@@ -147,22 +173,22 @@ func noArgs(fs *flag.FlagSet, pos []string) error {
 
 // The env* helpers give a flag its default from an environment variable,
 // parsed as strictly as the flag itself: a value that does not parse is
-// recorded on e (the flag keeps its built-in default for --help) and
-// parseFlags then stops the command with exit 2 and a message naming the
-// variable and the accepted form. An empty variable is unset.
+// recorded on fs (the flag keeps its built-in default for --help) and parse
+// then stops the command with exit 2 and a message naming the variable and
+// the accepted form. An empty variable is unset.
 
-func envOr(e *env, key, def string) string {
-	if v := e.getenv(key); v != "" {
+func (fs *flagSet) envOr(key, def string) string {
+	if v := fs.env.getenv(key); v != "" {
 		return v
 	}
 	return def
 }
 
-func envBool(e *env, key string, def bool) bool {
-	if v := e.getenv(key); v != "" {
+func (fs *flagSet) envBool(key string, def bool) bool {
+	if v := fs.env.getenv(key); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			e.badEnv(key, v, "true or false (also 1/0, t/f)")
+			fs.badEnv(key, v, "true or false (also 1/0, t/f)")
 			return def
 		}
 		return b
@@ -170,11 +196,11 @@ func envBool(e *env, key string, def bool) bool {
 	return def
 }
 
-func envDuration(e *env, key string, def time.Duration) time.Duration {
-	if v := e.getenv(key); v != "" {
+func (fs *flagSet) envDuration(key string, def time.Duration) time.Duration {
+	if v := fs.env.getenv(key); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			e.badEnv(key, v, "a duration with a unit, such as 30s, 5m or 1h30m")
+			fs.badEnv(key, v, "a duration with a unit, such as 30s, 5m or 1h30m")
 			return def
 		}
 		return d
@@ -182,11 +208,11 @@ func envDuration(e *env, key string, def time.Duration) time.Duration {
 	return def
 }
 
-func envInt(e *env, key string, def int) int {
-	if v := e.getenv(key); v != "" {
+func (fs *flagSet) envInt(key string, def int) int {
+	if v := fs.env.getenv(key); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			e.badEnv(key, v, "a whole number, such as 500")
+			fs.badEnv(key, v, "a whole number, such as 500")
 			return def
 		}
 		return n
@@ -194,11 +220,11 @@ func envInt(e *env, key string, def int) int {
 	return def
 }
 
-func envFloat(e *env, key string, def float64) float64 {
-	if v := e.getenv(key); v != "" {
+func (fs *flagSet) envFloat(key string, def float64) float64 {
+	if v := fs.env.getenv(key); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			e.badEnv(key, v, "a number, such as 50 or 0.5")
+			fs.badEnv(key, v, "a number, such as 50 or 0.5")
 			return def
 		}
 		return f
@@ -206,22 +232,11 @@ func envFloat(e *env, key string, def float64) float64 {
 	return def
 }
 
-// badEnv records an environment variable that does not parse. The value is
-// not repeated when the variable may hold a secret.
-func (e *env) badEnv(key, value, form string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// badEnv records an environment variable that does not parse. A long
+// value is cut: the variable may hold a secret.
+func (fs *flagSet) badEnv(key, value, form string) {
 	if len(value) > 64 {
 		value = value[:64] + "..."
 	}
-	e.envErrs = append(e.envErrs, fmt.Sprintf("invalid %s=%q: want %s", key, value, form))
-}
-
-// takeEnvErrors returns (and forgets) the recorded environment errors.
-func (e *env) takeEnvErrors() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	errs := e.envErrs
-	e.envErrs = nil
-	return errs
+	fs.envErrs = append(fs.envErrs, fmt.Sprintf("invalid %s=%q: want %s", key, value, form))
 }

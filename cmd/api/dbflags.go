@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"time"
@@ -25,9 +24,9 @@ type dbFlags struct {
 	env        *env
 }
 
-func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
-	d.env = e
-	fs.BoolVar(&d.prepared, "db-prepared-statements", envBool(e, "DB_PREPARED_STATEMENTS", true),
+func (d *dbFlags) register(fs *flagSet) {
+	d.env = fs.env
+	fs.BoolVar(&d.prepared, "db-prepared-statements", fs.envBool("DB_PREPARED_STATEMENTS", true),
 		"cache prepared statements; false behind PgBouncer in transaction pooling mode [DB_PREPARED_STATEMENTS]")
 	// URLs may hold passwords: read from the environment after parsing,
 	// never shown as defaults by --help.
@@ -40,12 +39,21 @@ func (d *dbFlags) register(fs *flag.FlagSet, e *env) {
 // pool returns a pool on url with the pooler settings applied, without
 // connecting (api serve starts while the database may be down).
 func (d *dbFlags) pool(url string, cfg database.PoolConfig) (*database.DB, error) {
-	if !d.prepared {
+	return newPool(url, d.prepared, cfg)
+}
+
+// newPool returns a pool on url without connecting; prepared false sets it
+// up for PgBouncer in transaction pooling mode.
+func newPool(url string, prepared bool, cfg database.PoolConfig) (*database.DB, error) {
+	if !prepared {
 		url = database.ForTransactionPooling(url)
 	}
-	cfg.NoPreparedStatements = !d.prepared
+	cfg.NoPreparedStatements = !prepared
 	return database.New(url, cfg)
 }
+
+// reportsPool is the size of the pool on REPORTS_DATABASE_URL.
+var reportsPool = database.PoolConfig{MaxOpenConns: 4, MaxIdleConns: 2}
 
 // open is pool followed by a ping, for commands that need the database
 // right away.
@@ -94,35 +102,18 @@ func (c *commonFlags) connectMigration(ctx context.Context, e *env) (*slog.Logge
 	return logger, db, nil
 }
 
-// migrateUp applies pending migrations through MIGRATE_DATABASE_URL when it
-// is set, else through db.
-func (c *commonFlags) migrateUp(ctx context.Context, db *database.DB, logger *slog.Logger) error {
-	url := c.db.migrationURL()
-	if url == "" {
+// migrateUp applies pending migrations through migrateURL
+// (MIGRATE_DATABASE_URL) when it is set, else through db.
+func migrateUp(ctx context.Context, migrateURL string, db *database.DB, logger *slog.Logger) error {
+	if migrateURL == "" {
 		return database.MigrateUp(ctx, db, logger)
 	}
-	mdb, err := database.Open(ctx, url, database.PoolConfig{MaxOpenConns: 2, MaxIdleConns: 1})
+	mdb, err := database.Open(ctx, migrateURL, database.PoolConfig{MaxOpenConns: 2, MaxIdleConns: 1})
 	if err != nil {
 		return fmt.Errorf("MIGRATE_DATABASE_URL: %w", err)
 	}
 	defer mdb.Close()
 	return database.MigrateUp(ctx, mdb, logger)
-}
-
-// openReportsReplica opens the REPORTS_DATABASE_URL pool for the report
-// routes of api serve, or returns nil when it is not set.
-// It does not connect: like the primary's pool, it may start while the
-// replica is down (report routes then answer 503).
-func (c *commonFlags) openReportsReplica() (*database.DB, error) {
-	url := c.db.reportingURL()
-	if url == "" {
-		return nil, nil
-	}
-	db, err := c.db.pool(url, database.PoolConfig{MaxOpenConns: 4, MaxIdleConns: 2})
-	if err != nil {
-		return nil, fmt.Errorf("REPORTS_DATABASE_URL: %w", err)
-	}
-	return db, nil
 }
 
 // openReports opens the pool reports read from: REPORTS_DATABASE_URL when
@@ -134,7 +125,7 @@ func (c *commonFlags) openReports(ctx context.Context) (*database.DB, bool, erro
 		db, err := c.open(ctx)
 		return db, false, err
 	}
-	db, err := c.db.open(ctx, url, database.PoolConfig{MaxOpenConns: 4, MaxIdleConns: 2})
+	db, err := c.db.open(ctx, url, reportsPool)
 	if err != nil {
 		return nil, false, fmt.Errorf("REPORTS_DATABASE_URL: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -26,18 +25,18 @@ type gcRunFlags struct {
 	ret       gc.Retention
 }
 
-func (g *gcRunFlags) register(fs *flag.FlagSet, e *env, prefix string) {
-	fs.IntVar(&g.batchSize, prefix+"batch-size", envInt(e, "GC_BATCH_SIZE", gc.DefaultBatchSize),
+func (g *gcRunFlags) register(fs *flagSet, prefix string) {
+	fs.IntVar(&g.batchSize, prefix+"batch-size", fs.envInt("GC_BATCH_SIZE", gc.DefaultBatchSize),
 		fmt.Sprintf("locks examined and deleted per transaction, 1..%d [GC_BATCH_SIZE]", gc.MaxBatchSize))
-	fs.DurationVar(&g.minAge, prefix+"min-age", envDuration(e, "GC_MIN_AGE", gc.DefaultMinAge),
+	fs.DurationVar(&g.minAge, prefix+"min-age", fs.envDuration("GC_MIN_AGE", gc.DefaultMinAge),
 		"collect only locks older than this, so a lock acquired a moment ago keeps its reference [GC_MIN_AGE]")
 	// Retention is enforced by every run that is not a dry run: the same
 	// flag names in api gc and api serve.
-	fs.DurationVar(&g.ret.Events, "event-retention", envDuration(e, "EVENT_RETENTION", gc.DefaultEventRetention),
-		"delete lock events (repository_lock_events) this long after their last occurrence; at least 24h, negative keeps them forever [EVENT_RETENTION]")
-	fs.DurationVar(&g.ret.Runs, "gc-run-retention", envDuration(e, "GC_RUN_RETENTION", gc.DefaultRunRetention),
-		"delete finished GC runs older than this that are not among the newest --gc-runs-kept; at least 24h, negative keeps them forever [GC_RUN_RETENTION]")
-	fs.IntVar(&g.ret.RunsKept, "gc-runs-kept", envInt(e, "GC_RUNS_KEPT", gc.DefaultRunsKept),
+	fs.DurationVar(&g.ret.Events, "event-retention", fs.envDuration("EVENT_RETENTION", gc.DefaultEventRetention),
+		"delete lock events (repository_lock_events) this long after their last occurrence; at least 24h; negative is off (kept forever); 0 means the default [EVENT_RETENTION]")
+	fs.DurationVar(&g.ret.Runs, "gc-run-retention", fs.envDuration("GC_RUN_RETENTION", gc.DefaultRunRetention),
+		"delete finished GC runs older than this that are not among the newest --gc-runs-kept; at least 24h; negative is off (kept forever); 0 means the default [GC_RUN_RETENTION]")
+	fs.IntVar(&g.ret.RunsKept, "gc-runs-kept", fs.envInt("GC_RUNS_KEPT", gc.DefaultRunsKept),
 		"the newest GC runs kept whatever their age [GC_RUNS_KEPT]")
 }
 
@@ -63,8 +62,8 @@ func (g *gcRunFlags) options(t gc.Trigger) gc.Options {
 // node_exporter textfile collector.
 type metricsTextfile struct{ path string }
 
-func (m *metricsTextfile) register(fs *flag.FlagSet, e *env) {
-	fs.StringVar(&m.path, "metrics-textfile", envOr(e, "GC_METRICS_TEXTFILE", ""),
+func (m *metricsTextfile) register(fs *flagSet) {
+	fs.StringVar(&m.path, "metrics-textfile", fs.envOr("GC_METRICS_TEXTFILE", ""),
 		"after the run, write its metrics to this file in Prometheus text format (for node_exporter's textfile collector) [GC_METRICS_TEXTFILE]")
 }
 
@@ -93,13 +92,13 @@ func runGC(ctx context.Context, e *env, args []string) error {
 		metrics metricsTextfile
 		dryRun  = fs.Bool("dry-run", false, "report what would be collected; delete nothing, skip the repository Cleaner")
 		full    = fs.Bool("full", false, "repair: also walk every lock, flag the unreferenced ones found without the GC candidate flag (\"flagged\") and collect them; takes time proportional to the table (with --dry-run: count what it would flag)")
-		timeout = fs.Duration("timeout", envDuration(e, "GC_TIMEOUT", 10*time.Minute),
+		timeout = fs.Duration("timeout", fs.envDuration("GC_TIMEOUT", 10*time.Minute),
 			"give up after this long; batches committed before stay collected [GC_TIMEOUT]")
 	)
-	run.register(fs, e, "")
-	metrics.register(fs, e)
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	run.register(fs, "")
+	metrics.register(fs)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -183,34 +182,48 @@ type gcLoopFlags struct {
 	run      gcRunFlags
 }
 
-func (g *gcLoopFlags) register(fs *flag.FlagSet, e *env) {
-	fs.DurationVar(&g.interval, "gc-interval", envDuration(e, "GC_INTERVAL", 10*time.Minute),
-		"run the global lock GC about this often (±10% jitter; replicas share the work through a lease); 0 disables [GC_INTERVAL]")
-	g.run.register(fs, e, "gc-")
+func (g *gcLoopFlags) register(fs *flagSet) {
+	fs.DurationVar(&g.interval, "gc-interval", fs.envDuration("GC_INTERVAL", 10*time.Minute),
+		"run the global lock GC about this often (±10% jitter; replicas share the work through a lease); 0 is off (no scheduled collections) [GC_INTERVAL]")
+	g.run.register(fs, "gc-")
 }
 
-// start starts the scheduled collections of serve on c, the process's one
-// Collector (POST /v1/admin/gc uses it too), and returns the function that
-// stops them (waiting for a run in progress to be recorded).
-func (g *gcLoopFlags) start(ctx context.Context, c *gc.Collector, logger *slog.Logger) (stop func(), err error) {
+// gcLoopConfig is serve's scheduled collections: Interval 0 is off.
+type gcLoopConfig struct {
+	Interval time.Duration
+	Options  gc.Options
+}
+
+// config checks the flags of the scheduled collections.
+func (g *gcLoopFlags) config() (gcLoopConfig, error) {
 	if g.interval < 0 {
-		return nil, fmt.Errorf("--gc-interval must not be negative")
+		return gcLoopConfig{}, fmt.Errorf("--gc-interval must not be negative")
 	}
 	if g.interval == 0 {
-		logger.Info("gc: scheduled collections are disabled (GC_INTERVAL=0)")
-		return func() {}, nil
+		return gcLoopConfig{}, nil
 	}
 	opts := gc.DefaultLoopOptions(g.interval)
 	opts.BatchSize, opts.MinAge = g.run.batchSize, g.run.minAge
 	if opts.BatchSize < 1 || opts.BatchSize > gc.MaxBatchSize || opts.MinAge < 0 {
-		return nil, fmt.Errorf("--gc-batch-size must be 1..%d and --gc-min-age not negative", gc.MaxBatchSize)
+		return gcLoopConfig{}, fmt.Errorf("--gc-batch-size must be 1..%d and --gc-min-age not negative", gc.MaxBatchSize)
+	}
+	return gcLoopConfig{Interval: g.interval, Options: opts}, nil
+}
+
+// startGCLoop starts the scheduled collections of serve on c, the process's
+// one Collector (POST /v1/admin/gc uses it too), and returns the function
+// that stops them (waiting for a run in progress to be recorded).
+func startGCLoop(ctx context.Context, c *gc.Collector, cfg gcLoopConfig, logger *slog.Logger) (stop func()) {
+	if cfg.Interval == 0 {
+		logger.Info("gc: scheduled collections are disabled (GC_INTERVAL=0)")
+		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.RunLoop(ctx, gc.LoopConfig{Interval: g.interval, Options: opts})
+		c.RunLoop(ctx, gc.LoopConfig{Interval: cfg.Interval, Options: cfg.Options})
 	}()
-	return func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }

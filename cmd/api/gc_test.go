@@ -348,3 +348,47 @@ func TestGCCommandFull(t *testing.T) {
 		t.Fatalf("%d locks left after gc --full", n)
 	}
 }
+
+// TestGCRetentionOff: a negative EVENT_RETENTION and GC_RUN_RETENTION keep
+// lock events and GC runs forever (retention off), as the same values do in
+// gc.Retention; the defaults delete the same rows.
+func TestGCRetentionOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newGCCLI(t)
+	if _, err := c.db.ExecContext(ctx, `
+		INSERT INTO repository_lock_events (event, git_repository_url, cluster_user_id, cluster_user_name, created_at)
+		SELECT 'acquired', 'git.example.com/old/' || g, $1, 'alice', now() - interval '100 days' FROM generate_series(1, 3) g`, c.user); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.db.ExecContext(ctx, `
+		INSERT INTO gc_runs (kind, trigger, holder, status, min_age, batch_size, started_at, finished_at)
+		SELECT 'gc', 'cli', 'h', 'succeeded', interval '1 minute', 10, now() - interval '100 days' + g * interval '1 second',
+		       now() - interval '100 days' + g * interval '1 second'
+		FROM generate_series(1, 3) g`); err != nil {
+		t.Fatal(err)
+	}
+	c.env["GC_RUNS_KEPT"] = "1"
+	c.env["EVENT_RETENTION"] = "-1s"
+	c.env["GC_RUN_RETENTION"] = "-1s"
+	if code, _, errOut := c.run(ctx, "gc"); code != 0 {
+		t.Fatalf("gc with retention off: exit %d, %s", code, errOut)
+	}
+	if n := c.count(`SELECT count(*) FROM repository_lock_events`); n != 3 {
+		t.Fatalf("retention off: %d events left, want the 3 of 100 days ago", n)
+	}
+	if n := c.count(`SELECT count(*) FROM gc_runs`); n != 4 {
+		t.Fatalf("retention off: %d GC runs left, want the 3 of 100 days ago and this one", n)
+	}
+	delete(c.env, "EVENT_RETENTION")
+	delete(c.env, "GC_RUN_RETENTION")
+	if code, _, errOut := c.run(ctx, "gc"); code != 0 {
+		t.Fatalf("gc with the default retention: exit %d, %s", code, errOut)
+	}
+	if n := c.count(`SELECT count(*) FROM repository_lock_events`); n != 0 {
+		t.Fatalf("default retention: %d events of 100 days ago left", n)
+	}
+	if n := c.count(`SELECT count(*) FROM gc_runs WHERE started_at < now() - interval '90 days'`); n != 0 {
+		t.Fatalf("default retention: %d GC runs of 100 days ago left", n)
+	}
+}

@@ -15,13 +15,13 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 		"owner: prints who holds the lock on each repository URL (any spelling); exits 1 when a URL is free or invalid.\n"+
 			"list:  prints the locks of a tenant with their reference counts.")
 	var common commonFlags
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" {
-		return errUnknownAction(e, fs, pos[0])
+		return errUnknownAction(fs, pos[0])
 	}
 	if len(pos) < 2 || (pos[0] == "list" && len(pos) != 2) {
 		fs.Usage()

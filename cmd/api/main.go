@@ -13,11 +13,10 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/repolock/repolock"
-	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/version"
 )
 
 // command is one subcommand. run gets the arguments after the command name
@@ -43,13 +42,11 @@ var commands = map[string]command{
 	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
 }
 
-// env is what commands share: streams, so tests can capture them.
+// env is what commands share: the streams and the environment, so tests
+// can capture and set them.
 type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
-
-	mu      sync.Mutex
-	envErrs []string // environment variables that did not parse (badEnv)
 }
 
 var errUsage = errors.New("usage")
@@ -137,14 +134,14 @@ func cliMessage(err error) string {
 
 // errUnknownAction is errUsage for an unknown action of a command with
 // actions (migrate, user, locks): it names the whole command.
-func errUnknownAction(e *env, fs *flag.FlagSet, action string) error {
-	fmt.Fprintf(e.stderr, "%s: unknown command %s %s\n\n", fs.Name(), strings.TrimPrefix(fs.Name(), "api "), action)
+func errUnknownAction(fs *flagSet, action string) error {
+	fmt.Fprintf(fs.env.stderr, "%s: unknown command %s %s\n\n", fs.Name(), strings.TrimPrefix(fs.Name(), "api "), action)
 	fs.Usage()
 	return errUsage
 }
 
 func printVersion(w io.Writer) {
-	v := httpapi.Version()
+	v := version.Get()
 	rev := v.Revision
 	if rev == "" {
 		rev = "unknown"
@@ -161,7 +158,7 @@ func printVersion(w io.Writer) {
 
 func runVersion(_ context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "version", "", "Prints the version and the VCS revision the binary was built from (what GET /version answers).")
-	pos, err := parseFlags(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,8 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			"Safe to run from several replicas at once: a Postgres advisory lock serializes them.")
 	var common commonFlags
 	all := fs.Bool("all", false, "with down: roll back every migration")
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		}
 		force = n
 	default:
-		return errUnknownAction(e, fs, action)
+		return errUnknownAction(fs, action)
 	}
 	logger, db, err := common.connectMigration(ctx, e)
 	if err != nil {

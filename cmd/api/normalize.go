@@ -17,8 +17,8 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 			"aliases, as the server does; without one, under the built-in rules only, and says so on stderr.\n"+
 			"Exits 1 when any URL is invalid, naming its position and the reason on stderr.", normalize.Version))
 	var common commonFlags
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

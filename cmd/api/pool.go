@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -26,20 +25,20 @@ type poolFlags struct {
 	cacheListen bool
 }
 
-func (p *poolFlags) register(fs *flag.FlagSet, e *env) {
-	fs.IntVar(&p.maxOpen, "db-max-open-conns", envInt(e, "DB_MAX_OPEN_CONNS", database.DefaultMaxOpenConns),
+func (p *poolFlags) register(fs *flagSet) {
+	fs.IntVar(&p.maxOpen, "db-max-open-conns", fs.envInt("DB_MAX_OPEN_CONNS", database.DefaultMaxOpenConns),
 		"most connections this process opens to Postgres; replicas x this (+1 each for the token listener) must fit max_connections [DB_MAX_OPEN_CONNS]")
-	fs.IntVar(&p.maxIdle, "db-max-idle-conns", envInt(e, "DB_MAX_IDLE_CONNS", 0),
+	fs.IntVar(&p.maxIdle, "db-max-idle-conns", fs.envInt("DB_MAX_IDLE_CONNS", 0),
 		"connections kept open while idle; 0 means the same as --db-max-open-conns (lower values reopen Postgres sessions under load) [DB_MAX_IDLE_CONNS]")
-	fs.DurationVar(&p.maxLifetime, "db-conn-max-lifetime", envDuration(e, "DB_CONN_MAX_LIFETIME", 30*time.Minute),
-		"close connections older than this [DB_CONN_MAX_LIFETIME]")
-	fs.DurationVar(&p.maxIdleTime, "db-conn-max-idle-time", envDuration(e, "DB_CONN_MAX_IDLE_TIME", 5*time.Minute),
-		"close connections idle for longer than this [DB_CONN_MAX_IDLE_TIME]")
-	fs.IntVar(&p.cacheSize, "token-cache-size", envInt(e, "TOKEN_CACHE_SIZE", tenants.DefaultCacheSize),
-		"tokens cached in process (token hash -> tenant); 0 disables the cache: every request asks the database [TOKEN_CACHE_SIZE]")
-	fs.DurationVar(&p.cacheTTL, "token-cache-ttl", envDuration(e, "TOKEN_CACHE_TTL", tenants.DefaultCacheTTL),
-		"how long a cached token is trusted without a notification; the bound on revocation delay when notifications are lost [TOKEN_CACHE_TTL]")
-	fs.BoolVar(&p.cacheListen, "token-cache-listen", envBool(e, "TOKEN_CACHE_LISTEN", true),
+	fs.DurationVar(&p.maxLifetime, "db-conn-max-lifetime", fs.envDuration("DB_CONN_MAX_LIFETIME", 30*time.Minute),
+		"close connections older than this; 0 means the default, 30m [DB_CONN_MAX_LIFETIME]")
+	fs.DurationVar(&p.maxIdleTime, "db-conn-max-idle-time", fs.envDuration("DB_CONN_MAX_IDLE_TIME", 5*time.Minute),
+		"close connections idle for longer than this; 0 means the default, 5m [DB_CONN_MAX_IDLE_TIME]")
+	fs.IntVar(&p.cacheSize, "token-cache-size", fs.envInt("TOKEN_CACHE_SIZE", tenants.DefaultCacheSize),
+		"tokens cached in process (token hash -> tenant); 0 is off (no cache): every request asks the database [TOKEN_CACHE_SIZE]")
+	fs.DurationVar(&p.cacheTTL, "token-cache-ttl", fs.envDuration("TOKEN_CACHE_TTL", tenants.DefaultCacheTTL),
+		"how long a cached token is trusted without a notification; the bound on revocation delay when notifications are lost; 0 means the default [TOKEN_CACHE_TTL]")
+	fs.BoolVar(&p.cacheListen, "token-cache-listen", fs.envBool("TOKEN_CACHE_LISTEN", true),
 		"LISTEN for token revocations and tenant deletions (one extra connection); false: revocations take up to --token-cache-ttl (e.g. behind a transaction-pooling PgBouncer) [TOKEN_CACHE_LISTEN]")
 }
 
@@ -58,18 +57,29 @@ func (p *poolFlags) config() (database.PoolConfig, error) {
 	return database.PoolConfig{MaxOpenConns: p.maxOpen, MaxIdleConns: p.maxIdle, ConnMaxLifetime: p.maxLifetime, ConnMaxIdleTime: p.maxIdleTime}, nil
 }
 
-// cache returns the token cache (nil when disabled); Start connects its
-// listener.
-func (p *poolFlags) cache(url string, logger *slog.Logger) *tenants.Cache {
-	if p.cacheSize == 0 {
+// tokenCacheConfig is the token cache's configuration: Size 0 is off.
+type tokenCacheConfig struct {
+	Size   int
+	TTL    time.Duration
+	Listen bool
+}
+
+func (p *poolFlags) tokenCache() tokenCacheConfig {
+	return tokenCacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, Listen: p.cacheListen}
+}
+
+// newTokenCache returns the token cache, or nil when it is off (Size 0);
+// with Listen, its listener connects to listenURL when Start is called.
+func newTokenCache(cfg tokenCacheConfig, listenURL string, logger *slog.Logger) *tenants.Cache {
+	if cfg.Size == 0 {
 		logger.Info("token cache disabled (TOKEN_CACHE_SIZE=0): every request authenticates against the database")
 		return nil
 	}
-	cfg := tenants.CacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, Logger: logger}
-	if p.cacheListen {
-		cfg.ListenURL = url
+	cc := tenants.CacheConfig{Size: cfg.Size, TTL: cfg.TTL, Logger: logger}
+	if cfg.Listen {
+		cc.ListenURL = listenURL
 	}
-	return tenants.NewCache(cfg)
+	return tenants.NewCache(cc)
 }
 
 // url returns the database URL of the flags or the environment.

@@ -34,8 +34,8 @@ func TestPoolFlags(t *testing.T) {
 			e := &env{stdout: &strings.Builder{}, stderr: &strings.Builder{}, getenv: func(k string) string { return tc.env[k] }}
 			fs := newFlagSet(e, "serve", "", "")
 			var p poolFlags
-			p.register(fs, e)
-			if _, err := parseFlags(fs, tc.args); err != nil {
+			p.register(fs)
+			if _, err := fs.parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
 			got, err := p.config()

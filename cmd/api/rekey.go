@@ -27,8 +27,8 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 		dryRun    = fs.Bool("dry-run", false, "report what would be re-keyed; change nothing")
 		batchSize = fs.Int("batch-size", rekey.DefaultBatchSize, fmt.Sprintf("stale locks read per query, 1..%d", rekey.MaxBatchSize))
 	)
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -72,8 +72,8 @@ func runAlias(ctx context.Context, e *env, args []string) error {
 			"  api alias add bitbucket.example.com+7999 bitbucket.example.com/scm\n"+
 			"A change is a rule change: servers pick it up within ALIAS_REFRESH; then run `api rekey`.")
 	var common commonFlags
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,8 @@ func runReport(ctx context.Context, e *env, args []string) error {
 	var common commonFlags
 	format := fs.String("format", "table", "table, csv or json")
 	limit := fs.Int("limit", 0, "print at most this many rows (0: all)")
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

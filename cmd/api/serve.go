@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -13,157 +14,309 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/repolock/repolock/internal/console"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
+	"github.com/repolock/repolock/internal/tenants"
 )
 
+// api serve, in three steps that read top to bottom:
+//
+//   - readServeConfig: the flags and the environment, validated, into a
+//     serveConfig (no side effects: nothing connects, listens or logs);
+//   - buildServer: the pools, the metrics registry, the services (the
+//     domain ones by newServices, services.go) and the HTTP server, built
+//     once from the config;
+//   - (*server).run: starts the background loops, listens, brings the
+//     process to ready (startup) and serves until ctx ends.
 func runServe(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "serve", "", "Runs the HTTP API until SIGINT or SIGTERM, then shuts down gracefully.")
+	cfg, err := readServeConfig(e, args)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(e.stderr, cfg.Log)
+	setServeGCPace(e.getenv, logger)
+	srv, err := buildServer(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	return srv.run(ctx)
+}
+
+// serveConfig is everything api serve runs with. A setting that can be off
+// is off at the same value here as on its flag, and as in the
+// configuration of the component it is handed to: 0 for a number or a
+// duration, "" for an address, false for a switch; retention alone is off
+// (kept forever) when negative, since 0 would read as "keep nothing"
+// (docs/operations.md, "Turning settings off").
+type serveConfig struct {
+	Log logConfig
+
+	// DatabaseURL is the pool's database. MigrateURL, when set, is a
+	// direct (not pooled) connection for the migrations and the token
+	// listener; ReportsURL, when set, a read replica for the report routes
+	// and the console's statistics. PreparedStatements false: behind
+	// PgBouncer in transaction pooling mode.
+	DatabaseURL        string
+	MigrateURL         string
+	ReportsURL         string
+	PreparedStatements bool
+	Pool               database.PoolConfig
+	// MigrateOnStart applies pending migrations before the server is ready.
+	MigrateOnStart bool
+
+	Listen string
+	// DebugListen is the address of Go's profiler; "" is off.
+	DebugListen string
+	// AdminToken authorizes /v1/admin and the console; "" makes a random
+	// one for this process (development only).
+	AdminToken      string
+	RequestTimeout  time.Duration
+	ShutdownTimeout time.Duration
+	// RateLimit is each tenant's requests per second (httpapi.Config.RateLimit);
+	// 0 is off. RateBurst is the bucket size (0: httpapi.DefaultRateBurst).
+	RateLimit float64
+	RateBurst int
+
+	// TokenCache: Size 0 is off (every request authenticates against the
+	// database); Listen false: revocations take up to TTL.
+	TokenCache tokenCacheConfig
+	// AliasRefresh is how often the normalizer aliases are reloaded; it
+	// cannot be off (the aliases decide the lock keys).
+	AliasRefresh time.Duration
+	// GC is the scheduled collections; Interval 0 is off.
+	GC gcLoopConfig
+	// Retention of lock events and GC runs, enforced by every collection
+	// (scheduled, API, console); a negative duration keeps rows forever.
+	Retention gc.Retention
+}
+
+// readServeConfig reads serve's flags and environment and checks them. An
+// environment variable or a flag that does not parse, a value out of range
+// or positional arguments stop the command before anything connects.
+func readServeConfig(e *env, args []string) (serveConfig, error) {
+	fs := newFlagSet(e, "serve", "", "Runs the HTTP API until SIGINT or SIGTERM, then shuts down gracefully.\n"+
+		"Every setting that can be off is off at 0 (numbers and durations) or empty (addresses);\n"+
+		"retention is kept forever when negative.")
 	var (
 		common          commonFlags
-		listen          = fs.String("listen", envOr(e, "LISTEN_ADDR", "127.0.0.1:8080"), "address to listen on; port 0 picks a free one [LISTEN_ADDR]")
+		listen          = fs.String("listen", fs.envOr("LISTEN_ADDR", "127.0.0.1:8080"), "address to listen on; port 0 picks a free one [LISTEN_ADDR]")
 		adminToken      = fs.String("admin-token", "", "token for /v1/admin routes; random and logged once when empty (development only) [ADMIN_TOKEN]")
-		migrateOnStart  = fs.Bool("migrate-on-start", envBool(e, "MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
-		requestTimeout  = fs.Duration("request-timeout", envDuration(e, "REQUEST_TIMEOUT", 30*time.Second), "per-request timeout [REQUEST_TIMEOUT]")
-		shutdownTimeout = fs.Duration("shutdown-timeout", envDuration(e, "SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
-		rateLimit       = fs.Float64("rate-limit", envFloat(e, "RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 disables the limit [RATE_LIMIT]")
-		rateBurst       = fs.Int("rate-burst", envInt(e, "RATE_BURST", httpapi.DefaultRateBurst), "requests a tenant may send at once above the rate [RATE_BURST]")
-		aliasRefresh    = fs.Duration("alias-refresh", envDuration(e, "ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database [ALIAS_REFRESH]")
-		debugListen     = fs.String("debug-listen", envOr(e, "DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
+		migrateOnStart  = fs.Bool("migrate-on-start", fs.envBool("MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
+		requestTimeout  = fs.Duration("request-timeout", fs.envDuration("REQUEST_TIMEOUT", 30*time.Second), "per-request timeout; 0 means the default, 30s [REQUEST_TIMEOUT]")
+		shutdownTimeout = fs.Duration("shutdown-timeout", fs.envDuration("SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
+		rateLimit       = fs.Float64("rate-limit", fs.envFloat("RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 is off (no limit) [RATE_LIMIT]")
+		rateBurst       = fs.Int("rate-burst", fs.envInt("RATE_BURST", httpapi.DefaultRateBurst), fmt.Sprintf("requests a tenant may send at once above the rate; 0 means the default, %d [RATE_BURST]", httpapi.DefaultRateBurst))
+		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
+		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
+		gcLoop          gcLoopFlags
+		pool            poolFlags
 	)
-	common.register(fs, e)
-	var gcLoop gcLoopFlags
-	gcLoop.register(fs, e)
-	var pool poolFlags
-	pool.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	gcLoop.register(fs)
+	pool.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
-		return err
+		return serveConfig{}, err
 	}
 	if err := noArgs(fs, pos); err != nil {
-		return err
+		return serveConfig{}, err
 	}
-	logger, err := common.logger(e)
-	if err != nil {
-		return err
+	cfg := serveConfig{
+		Listen:             *listen,
+		DebugListen:        *debugListen,
+		AdminToken:         *adminToken,
+		MigrateOnStart:     *migrateOnStart,
+		RequestTimeout:     *requestTimeout,
+		ShutdownTimeout:    *shutdownTimeout,
+		RateLimit:          max(*rateLimit, 0), // a negative rate was always off too
+		RateBurst:          *rateBurst,
+		AliasRefresh:       *aliasRefresh,
+		PreparedStatements: common.db.prepared,
+		// Secrets come from the environment after parsing, never as flag
+		// defaults (--help would print them).
+		MigrateURL: common.db.migrationURL(),
+		ReportsURL: common.db.reportingURL(),
 	}
-	setServeGCPace(e.getenv, logger)
-	dbURL, err := common.url()
-	if err != nil {
-		return err
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = e.getenv("ADMIN_TOKEN")
 	}
-	poolCfg, err := pool.config()
-	if err != nil {
-		return err
+	if cfg.Log, err = common.logConfig(); err != nil {
+		return serveConfig{}, err
 	}
-	// The metrics registry: the pool registers its own metrics there.
+	if cfg.DatabaseURL, err = common.url(); err != nil {
+		return serveConfig{}, err
+	}
+	if cfg.Pool, err = pool.config(); err != nil {
+		return serveConfig{}, err
+	}
+	cfg.TokenCache = pool.tokenCache()
+	if cfg.Retention, err = gcLoop.run.retention(); err != nil {
+		return serveConfig{}, err
+	}
+	if cfg.GC, err = gcLoop.config(); err != nil {
+		return serveConfig{}, err
+	}
+	if cfg.AliasRefresh <= 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
+	}
+	return cfg, nil
+}
+
+// server is api serve built from its serveConfig: the pools, the services
+// and the HTTP server, each built once. close releases what buildServer
+// opened, in reverse order.
+type server struct {
+	cfg       serveConfig
+	logger    *slog.Logger
+	db        *database.DB
+	reportsDB *database.DB // nil without REPORTS_DATABASE_URL
+
+	// svc are the domain services (services.go), built as the commands
+	// build them; its aliases are loaded by startup and refreshed by run.
+	svc *services
+	// tokens is the token cache; nil when it is off (TOKEN_CACHE_SIZE=0).
+	tokens *tenants.Cache
+	// collector is the process's one GC collector: the scheduled loop,
+	// POST /v1/admin/gc and the console share it.
+	collector    *gc.Collector
+	repositories *repostate.Service
+	sync         *syncstate.Store
+
+	http  *httpapi.Server
+	ready *readiness
+
+	closers []func()
+}
+
+// buildServer builds everything serve serves from cfg. It starts nothing:
+// the pools do not connect (serve listens at once, even while the
+// database is unreachable, and gets ready when it answers), and no loop
+// runs until run.
+func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
+	s := &server{cfg: cfg, logger: logger, ready: &readiness{}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	s.ready.set(errors.New("the database has not answered yet"))
+
+	// The metrics registry: the process owns it; every collector below
+	// registers on it once (the pool its own metrics), and the server
+	// serves it on /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	poolCfg.Metrics = reg
-	// The pool does not connect here: serve listens at once, even while
-	// the database is unreachable, and gets ready when it answers.
-	db, err := common.db.pool(dbURL, poolCfg)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 
-	if *adminToken == "" {
-		*adminToken = e.getenv("ADMIN_TOKEN")
+	// The pools.
+	poolCfg := cfg.Pool
+	poolCfg.Metrics = reg
+	if s.db, err = newPool(cfg.DatabaseURL, cfg.PreparedStatements, poolCfg); err != nil {
+		return nil, err
 	}
-	if *adminToken == "" {
-		*adminToken = randomToken()
+	s.onClose(func() { s.db.Close() })
+	if cfg.ReportsURL != "" {
+		if s.reportsDB, err = newPool(cfg.ReportsURL, cfg.PreparedStatements, reportsPool); err != nil {
+			return nil, fmt.Errorf("REPORTS_DATABASE_URL: %w", err)
+		}
+		s.onClose(func() { s.reportsDB.Close() })
+	}
+
+	// The services, each built once from explicit dependencies. The token
+	// listener holds a session (LISTEN): behind a transaction-pooling
+	// PgBouncer it needs the direct connection, MIGRATE_DATABASE_URL.
+	listenURL := cfg.DatabaseURL
+	if cfg.MigrateURL != "" {
+		listenURL = cfg.MigrateURL
+	}
+	s.tokens = newTokenCache(cfg.TokenCache, listenURL, logger)
+	if s.tokens != nil {
+		s.onClose(s.tokens.Close)
+	}
+	s.svc = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB)
+	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
+		return nil, err
+	}
+	s.repositories = repostate.NewPostgres(s.db, repostate.Config{Logger: logger})
+	s.sync = syncstate.New(s.db, syncstate.Options{Logger: logger})
+
+	// The HTTP server: the API, and the operator console under /ui/
+	// (docs/console.md).
+	adminToken := cfg.AdminToken
+	if adminToken == "" {
+		adminToken = randomToken()
 		logger.Warn("ADMIN_TOKEN is not set: generated a random admin token for this process only (development only; set ADMIN_TOKEN in production)",
-			"admin_token", *adminToken)
+			"admin_token", adminToken)
 	}
-	// Everything the server serves is built here, once, and handed over:
-	// the metrics registry (above), the one GC Collector (the scheduled
-	// loop below and POST /v1/admin/gc share it), the token cache and the
-	// stateful services.
-	ret, err := gcLoop.run.retention()
-	if err != nil {
-		return err
-	}
-	reportsDB, err := common.openReportsReplica()
-	if err != nil {
-		return err
-	}
-	if reportsDB != nil {
-		defer reportsDB.Close()
-	}
-	if *aliasRefresh <= 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
-	}
-	// Loaded by startup, after the migrations, before serve reports ready.
-	aliases := rekey.Unloaded(db, logger)
-	aliasCtx, stopAliases := context.WithCancel(ctx)
-	defer stopAliases()
-	go aliases.Run(aliasCtx, *aliasRefresh)
-	// The token listener holds a session (LISTEN): behind a transaction-
-	// pooling PgBouncer it needs the direct connection, MIGRATE_DATABASE_URL.
-	listenURL := dbURL
-	if u := common.db.migrationURL(); u != "" {
-		listenURL = u
-	}
-	tokens := pool.cache(listenURL, logger)
-	defer tokens.Close()
-	svc := newServices(db, aliases, tokens, reportsDB)
-	collector, err := newCollector(db, svc, logger, reg, ret)
-	if err != nil {
-		return err
-	}
-	ready := &readiness{}
-	ready.set(errors.New("the database has not answered yet"))
-	sync := syncstate.New(db, syncstate.Options{Logger: logger})
-	srv, err := httpapi.New(httpapi.Config{
-		DB:             db,
+	s.http, err = httpapi.New(httpapi.Config{
+		DB:             s.db,
 		Logger:         logger,
-		AdminToken:     *adminToken,
-		RequestTimeout: *requestTimeout,
-		RateLimit:      rateLimitConfig(*rateLimit),
-		RateBurst:      *rateBurst,
+		AdminToken:     adminToken,
+		RequestTimeout: cfg.RequestTimeout,
+		RateLimit:      cfg.RateLimit,
+		RateBurst:      cfg.RateBurst,
 		Registry:       reg,
-		Repositories:   repostate.NewPostgres(db, repostate.Config{Logger: logger}),
-		Sync:           sync,
-		GC:             collector,
-		Tenants:        svc.tenants,
-		Locks:          svc.locks,
-		Apps:           svc.apps,
-		Rekey:          svc.rekey,
-		Aliases:        svc.aliases,
-		Reports:        svc.reports,
-		Ready:          ready.get,
+		Repositories:   s.repositories,
+		Sync:           s.sync,
+		GC:             s.collector,
+		Tenants:        s.svc.tenants,
+		Locks:          s.svc.locks,
+		Apps:           s.svc.apps,
+		Rekey:          s.svc.rekey,
+		Aliases:        s.svc.aliases,
+		Reports:        s.svc.reports,
+		Ready:          s.ready.get,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The operator console under /ui/ (docs/console.md).
-	ui, err := console.New(console.Config{DB: db, Logger: logger, AdminToken: *adminToken, Collector: collector, Sync: sync, ReportsDB: reportsDB,
-		Tenants: svc.tenants, Locks: svc.locks, Apps: svc.apps})
+	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken,
+		Collector: s.collector, Sync: s.sync, ReportsDB: s.reportsDB,
+		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ui.Mount(srv.Echo)
-	stopGC, err := gcLoop.start(ctx, collector, logger)
-	if err != nil {
-		return err
+	ui.Mount(s.http.Echo)
+	return s, nil
+}
+
+func (s *server) onClose(f func()) { s.closers = append(s.closers, f) }
+
+// close releases what buildServer opened, last opened first.
+func (s *server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
 	}
+	s.closers = nil
+}
+
+// run starts the background loops (alias refresh, scheduled GC, the debug
+// listener), listens, and serves until ctx ends or startup fails; the
+// loops stop before it returns. Startup runs beside the server: /healthz
+// answers at once, /readyz and the API answer 503 until the database
+// answered and the migrations ran.
+func (s *server) run(ctx context.Context) error {
+	aliasCtx, stopAliases := context.WithCancel(ctx)
+	defer stopAliases()
+	go s.svc.aliases.Run(aliasCtx, s.cfg.AliasRefresh)
+	stopGC := startGCLoop(ctx, s.collector, s.cfg.GC, s.logger)
 	defer stopGC()
-	stopDebug, err := serveDebug(*debugListen, logger)
+	stopDebug, err := serveDebug(s.cfg.DebugListen, s.logger)
 	if err != nil {
 		return fmt.Errorf("debug listener: %w", err)
 	}
 	defer stopDebug()
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	logger.Info("listening", "addr", ln.Addr().String())
-	// Startup runs beside the server: /healthz answers at once, /readyz
-	// and the API answer 503 until the database answered and the
-	// migrations ran. A fatal startup error stops the server.
+	s.logger.Info("listening", "addr", ln.Addr().String())
+
+	// A fatal startup error stops the server.
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -173,15 +326,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	go func() {
 		defer close(started)
 		var migrate func(context.Context) error
-		if *migrateOnStart {
-			migrate = func(ctx context.Context) error { return common.migrateUp(ctx, db, logger) }
+		if s.cfg.MigrateOnStart {
+			migrate = func(ctx context.Context) error { return migrateUp(ctx, s.cfg.MigrateURL, s.db, s.logger) }
 		}
-		if err := startup(sctx, db, logger, migrate, aliases.Refresh, tokens, ready); err != nil && sctx.Err() == nil {
+		if err := startup(sctx, s.db, s.logger, migrate, s.svc.aliases.Refresh, s.tokens, s.ready); err != nil && sctx.Err() == nil {
 			startErr = err
 			cancel(err)
 		}
 	}()
-	err = srv.Serve(sctx, ln, *shutdownTimeout)
+	err = s.http.Serve(sctx, ln, s.cfg.ShutdownTimeout)
 	cancel(nil)
 	<-started
 	if startErr != nil {
@@ -190,17 +343,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("stopped")
+	s.logger.Info("stopped")
 	return nil
-}
-
-// rateLimitConfig maps --rate-limit (0 = off) onto httpapi.Config.RateLimit
-// (negative = off).
-func rateLimitConfig(perSecond float64) float64 {
-	if perSecond <= 0 {
-		return -1
-	}
-	return perSecond
 }
 
 func randomToken() string {

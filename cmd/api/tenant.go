@@ -18,8 +18,8 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 			"        its locks, in one transaction; prints what was removed as JSON.")
 	var common commonFlags
 	display := fs.String("display-name", "", "with create: the tenant's display name")
-	common.register(fs, e)
-	pos, err := parseFlags(fs, args)
+	common.register(fs)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 	wantArgs := map[string]int{"create": 1, "list": 0, "token": 1, "revoke": 1, "delete": 1}
 	n, ok := wantArgs[action]
 	if !ok {
-		return errUnknownAction(e, fs, action)
+		return errUnknownAction(fs, action)
 	}
 	if len(rest) != n {
 		fs.Usage()

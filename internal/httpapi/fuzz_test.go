@@ -23,7 +23,7 @@ import (
 // fuzzes for FUZZTIME.
 func FuzzHTTP(f *testing.F) {
 	var routes []*echo.Route
-	e := newAPIEnv(f, withRateLimit(-1, 0), withRoutes(func(s *httpapi.Server) {
+	e := newAPIEnv(f, withRateLimit(0, 0), withRoutes(func(s *httpapi.Server) {
 		for _, r := range s.Echo.Routes() {
 			// /metrics and the document answer no JSON errors and take
 			// no input worth fuzzing.

@@ -77,6 +77,7 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 		DB:         db,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		AdminToken: adminToken,
+		RateLimit:  httpapi.DefaultRateLimit, // serve's default
 	}
 	for _, opt := range opts {
 		opt(e, &cfg)

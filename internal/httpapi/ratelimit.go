@@ -31,12 +31,11 @@ type tenantLimiter struct {
 	lastSweep time.Time
 }
 
+// newTenantLimiter returns the limiter of Config.RateLimit and RateBurst,
+// or nil when the limit is off (0, as on the --rate-limit flag).
 func newTenantLimiter(limit float64, burst int) *tenantLimiter {
-	if limit < 0 {
-		return nil // unlimited
-	}
-	if limit == 0 {
-		limit = DefaultRateLimit
+	if limit <= 0 {
+		return nil // off
 	}
 	if burst <= 0 {
 		burst = DefaultRateBurst

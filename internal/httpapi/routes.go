@@ -9,6 +9,7 @@ import (
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/version"
 )
 
 // routes registers every route. Domain packages add theirs through a
@@ -62,7 +63,7 @@ type discardBody struct{ http.ResponseWriter }
 func (discardBody) Write(p []byte) (int, error) { return len(p), nil }
 
 func (s *Server) version(c echo.Context) error {
-	return c.JSON(http.StatusOK, Version())
+	return c.JSON(http.StatusOK, version.Get())
 }
 
 func (s *Server) readyz(c echo.Context) error {

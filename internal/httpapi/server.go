@@ -39,8 +39,9 @@ type Config struct {
 	// BodyLimit caps request bodies in bytes (default 1 MiB).
 	BodyLimit int64
 	// RateLimit is each tenant's sustained request rate per second (token
-	// bucket; 0 = DefaultRateLimit, negative = unlimited) and RateBurst the
-	// bucket size (0 = DefaultRateBurst). The admin token is not limited.
+	// bucket); 0 is off, as on --rate-limit (serve's default is
+	// DefaultRateLimit). RateBurst is the bucket size (0 =
+	// DefaultRateBurst). The admin token is not limited.
 	RateLimit float64
 	RateBurst int
 	// Registry is the process's metrics registry, owned by the caller: the

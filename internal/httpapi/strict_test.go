@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/version"
 )
 
 // withRateLimit sets Config.RateLimit and RateBurst.
@@ -145,7 +146,7 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	e := newAPIEnv(t)
 	resp := e.must(http.StatusOK, http.MethodGet, "/version", "", nil)
-	want := httpapi.Version()
+	want := version.Get()
 	if resp["version"] != want.Version || resp["revision"] != want.Revision || resp["go_version"] != want.GoVersion || want.GoVersion == "" {
 		t.Fatalf("GET /version = %v, want %+v", resp, want)
 	}
@@ -224,5 +225,17 @@ func TestRateLimit(t *testing.T) {
 	e.must(http.StatusOK, http.MethodGet, "/v1/me", bob, nil)
 	for i := 0; i < 10; i++ {
 		e.must(http.StatusOK, http.MethodGet, "/v1/admin/users", adminToken, nil)
+	}
+}
+
+// TestRateLimitOff: RateLimit 0 is off, as on --rate-limit: a tenant is
+// never refused, however far past the burst it goes (with the limit on,
+// TestRateLimit's fourth request is refused).
+func TestRateLimitOff(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, withRateLimit(0, 1))
+	alice := e.tenant("alice")
+	for i := 0; i < 20; i++ {
+		e.must(http.StatusOK, http.MethodGet, "/v1/me", alice, nil)
 	}
 }

@@ -47,6 +47,7 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 		DB:           db,
 		Logger:       logger,
 		AdminToken:   adminToken,
+		RateLimit:    httpapi.DefaultRateLimit, // serve's default
 		Registry:     reg,
 		GC:           gc.New(db, ls, gc.Config{Logger: logger, Metrics: metrics, Cleaner: cleaner}),
 		Repositories: repostate.NewPostgres(db, repostate.Config{Logger: logger}),

@@ -1,13 +1,16 @@
-package httpapi
+// Package version reads the build's version and VCS stamp
+// (debug.ReadBuildInfo): what `api version` prints and GET /version answers.
+// It is a leaf: it imports nothing of the module.
+package version
 
 import (
 	"runtime/debug"
 	"sync"
 )
 
-// VersionInfo is what `api version` prints and GET /version answers: the
-// module version and the VCS stamp of the build (debug.ReadBuildInfo).
-type VersionInfo struct {
+// Info is what `api version` prints and GET /version answers: the module
+// version and the VCS stamp of the build.
+type Info struct {
 	// Version is the main module's version ("(devel)" for a build from a
 	// work tree).
 	Version string `json:"version"`
@@ -22,9 +25,9 @@ type VersionInfo struct {
 	GoVersion string `json:"go_version"`
 }
 
-// Version returns the build's version information.
-var Version = sync.OnceValue(func() VersionInfo {
-	v := VersionInfo{Version: "(unknown)"}
+// Get returns the build's version information (read once).
+var Get = sync.OnceValue(func() Info {
+	v := Info{Version: "(unknown)"}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return v
