@@ -436,7 +436,6 @@ func TestBatcherNames(t *testing.T) {
 	}
 }
 
-
 // TestPoolMetrics: a pool given a registry registers its pool statistics
 // and its Batchers' counts there, under the names docs/operations.md
 // lists; a second pool on the same registry is an error.
