@@ -47,7 +47,7 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := svc.rekey.Run(ctx, svc.locks.Rules(), rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger})
+	rep, err := svc.rekey.Run(ctx, svc.locks.Keying(), rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger})
 	if err != nil {
 		return err
 	}

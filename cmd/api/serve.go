@@ -329,7 +329,16 @@ func (s *server) run(ctx context.Context) error {
 		if s.cfg.MigrateOnStart {
 			migrate = func(ctx context.Context) error { return migrateUp(ctx, s.cfg.MigrateURL, s.db, s.logger) }
 		}
-		if err := startup(sctx, s.db, s.logger, migrate, s.svc.aliases.Refresh, s.tokens, s.ready); err != nil && sctx.Err() == nil {
+		// The keying rules: this binary's rules version is registered
+		// (from then on older replicas claim nothing), then the stored
+		// rules are loaded.
+		loadRules := func(ctx context.Context) error {
+			if err := rekey.RegisterVersion(ctx, s.db, s.svc.locks.Rules().Version()); err != nil {
+				return err
+			}
+			return s.svc.aliases.Reload(ctx)
+		}
+		if err := startup(sctx, s.db, s.logger, migrate, loadRules, s.tokens, s.ready); err != nil && sctx.Err() == nil {
 			startErr = err
 			cancel(err)
 		}

@@ -55,8 +55,9 @@ type statements struct {
 	// $4 normalized_url, then the own columns, then the lock.
 	create string
 	// createWithNewLock is the fast path of creates: for each row of its
-	// input (arrays: keys, rule sets, tenants, names, repo_urls, then the
-	// own columns) whose URL nobody holds, one statement (so one implicit
+	// input (arrays: keys, rule sets, tenants, shadow lists, rules
+	// generations, names, repo_urls, then the own columns; see
+	// locks.NewLocksCTE) whose URL nobody holds, one statement (so one implicit
 	// transaction and one round trip for a whole batch of creates) creates
 	// the lock and its event (locks.NewLocksCTE), the row and the
 	// reference. It returns the rows it created; none, and writes nothing,
@@ -111,8 +112,8 @@ const (
 	// (tenant, name) pairs (newRowKeys).
 	createWithNewLockTemplate = `
 	WITH input AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::text[], {own.arrays})
-			AS i(key, rules, tenant, name, repo_url, {own})
+		SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::text[], {own.arrays})
+			AS i(key, rules, tenant, shadows, gen, name, repo_url, {own})
 	), ` + locks.NewLocksCTE + `, a AS (
 		INSERT INTO {table} (cluster_user_id, name, repo_url, normalized_url, {own})
 		SELECT input.tenant, input.name, input.repo_url, lock.git_repository_url, {input.own}
@@ -163,7 +164,7 @@ func newKind(k kind) *kind {
 			"{own}", strings.Join(own, ", "), "{a.own}", prefixed("a."), "{input.own}", prefixed("input."),
 			"{own.params}", params(5, dollar),
 			"{own.set}", params(6, func(i int, c string) string { return fmt.Sprintf("%s = $%d", c, i) }),
-			"{own.arrays}", params(6, func(i int, _ string) string { return fmt.Sprintf("$%d::text[]", i) }),
+			"{own.arrays}", params(8, func(i int, _ string) string { return fmt.Sprintf("$%d::text[]", i) }),
 			"{lock}", fmt.Sprintf("$%d", lock),
 		).Replace(template)
 	}
@@ -238,10 +239,10 @@ func (k *kind) validate(n *normalize.Normalizer, c change) (key normalize.Key, s
 	return key, stored, nil
 }
 
-// acquire acquires key for the tenant in tx. claimedBy is the owner's name
+// acquire acquires the claim's repository for the tenant in tx. claimedBy is the owner's name
 // when another tenant holds it.
-func (s *Service) acquire(ctx context.Context, tx database.Tx, n *normalize.Normalizer, tenantID string, key normalize.Key) (lockID, claimedBy string, err error) {
-	acq, err := s.locks.AcquireTx(ctx, tx, n, tenantID, key)
+func (s *Service) acquire(ctx context.Context, tx database.Tx, tenantID string, c locks.Claim) (lockID, claimedBy string, err error) {
+	acq, err := s.locks.AcquireTx(ctx, tx, tenantID, c)
 	if err != nil {
 		return "", "", err
 	}
@@ -251,6 +252,9 @@ func (s *Service) acquire(ctx context.Context, tx database.Tx, n *normalize.Norm
 // mapWriteError maps the errors of writing a row; what is "an application"
 // or "a repository credential".
 func mapWriteError(err error, what, name string) error {
+	if rerr := locks.MapRulesError(err); rerr != err {
+		return rerr
+	}
 	if database.PQCode(err) == database.CodeUniqueViolation && strings.HasSuffix(database.Constraint(err), "_tenant_name_key") {
 		return repolock.Wrap(repolock.EAlreadyExists, err, "%s named %q already exists", what, name)
 	}
@@ -267,11 +271,26 @@ func mapWriteError(err error, what, name string) error {
 // statement, through the kind's Batcher fast (concurrent creates share it).
 // Otherwise (the tenant already owns the URL, another tenant does, or the
 // fast path lost a race) one transaction acquires the lock with
-// locks.Service.AcquireTx and writes the row and its reference.
+// locks.Service.AcquireTx and writes the row and its reference. The whole
+// runs under the keying rules in force (locks.Service.Keyed): again under
+// the new ones if they change meanwhile.
 func create[T row](ctx context.Context, s *Service, k *kind, fast *database.Batcher[newRow, createdRow[T]], tenantID string, c change) (T, error) {
+	var r T
+	err := s.locks.Keyed(ctx, func(keying *locks.Keying) error {
+		var err error
+		r, err = createKeyed(ctx, s, k, fast, keying, tenantID, c)
+		return err
+	})
+	return r, err
+}
+
+func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database.Batcher[newRow, createdRow[T]], keying *locks.Keying, tenantID string, c change) (T, error) {
 	var zero, r T
-	n := s.locks.Rules()
-	key, stored, err := k.validate(n, c)
+	key, stored, err := k.validate(keying.Current, c)
+	if err != nil {
+		return zero, err
+	}
+	claim, err := keying.Claim(*c.repoURL)
 	if err != nil {
 		return zero, err
 	}
@@ -280,7 +299,8 @@ func create[T row](ctx context.Context, s *Service, k *kind, fast *database.Batc
 		own[i] = *v
 	}
 	created, err := fast.Do(ctx, newRow{
-		key: string(key), rules: locks.RuleSet(n), tenant: tenantID, name: *c.name, repoURL: stored, own: own,
+		key: string(key), rules: locks.RuleSet(keying.Current), tenant: tenantID, shadows: shadowList(claim),
+		gen: keying.Generation, name: *c.name, repoURL: stored, own: own,
 	})
 	if err != nil {
 		return zero, mapWriteError(err, k.what, *c.name)
@@ -290,7 +310,7 @@ func create[T row](ctx context.Context, s *Service, k *kind, fast *database.Batc
 	}
 	var claimedBy string
 	err = s.db.WithTx(ctx, func(tx database.Tx) error {
-		lockID, owner, err := s.acquire(ctx, tx, n, tenantID, key)
+		lockID, owner, err := s.acquire(ctx, tx, tenantID, claim)
 		if err != nil {
 			return err
 		}
@@ -310,6 +330,16 @@ func create[T row](ctx context.Context, s *Service, k *kind, fast *database.Batc
 	return r, nil
 }
 
+// shadowList is the claim's shadow keys as createWithNewLock's input takes
+// them: '\n'-separated, "" for none.
+func shadowList(c locks.Claim) string {
+	parts := make([]string, len(c.Shadows()))
+	for i, k := range c.Shadows() {
+		parts[i] = string(k)
+	}
+	return strings.Join(parts, "\n")
+}
+
 func anys(ss []string) []any {
 	out := make([]any, len(ss))
 	for i, s := range ss {
@@ -320,8 +350,9 @@ func anys(ss []string) []any {
 
 // newRow is one create's row of createWithNewLock's input.
 type newRow struct {
-	key, rules, tenant, name, repoURL string
-	own                               []string
+	key, rules, tenant, shadows, name, repoURL string
+	gen                                        int64
+	own                                        []string
 }
 
 // newRowKeys are what two creates of one batch may not share: the lock key
@@ -349,22 +380,26 @@ func newCreateBatcher[T row](db *database.DB, k *kind) *database.Batcher[newRow,
 // createBatch runs createWithNewLock's statement for a batch of creates
 // and matches its rows to them by (tenant, name), unique in a batch.
 func createBatch[T row](ctx context.Context, db *database.DB, k *kind, in []newRow) ([]createdRow[T], error) {
-	cols := make([]pq.StringArray, 5+len(k.own))
+	// Columns: key, rules, tenant, shadows, (gens apart), name, repo_url,
+	// then the own columns.
+	cols := make([]pq.StringArray, 6+len(k.own))
 	for i := range cols {
 		cols[i] = make(pq.StringArray, len(in))
 	}
+	gens := make(pq.Int64Array, len(in))
 	type tenantName struct{ tenant, name string }
 	index := make(map[tenantName]int, len(in))
 	for i, r := range in {
-		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i] = r.key, r.rules, r.tenant, r.name, r.repoURL
+		cols[0][i], cols[1][i], cols[2][i], cols[3][i], cols[4][i], cols[5][i] = r.key, r.rules, r.tenant, r.shadows, r.name, r.repoURL
+		gens[i] = r.gen
 		for j, v := range r.own {
-			cols[5+j][i] = v
+			cols[6+j][i] = v
 		}
 		index[tenantName{r.tenant, r.name}] = i
 	}
-	args := make([]any, len(cols))
-	for i, c := range cols {
-		args[i] = c
+	args := []any{cols[0], cols[1], cols[2], cols[3], gens}
+	for _, c := range cols[4:] {
+		args = append(args, c)
 	}
 	var rows []T
 	if err := db.SelectPrepared(ctx, &rows, k.sql.createWithNewLock, args...); err != nil {
@@ -422,12 +457,21 @@ func list[T row](ctx context.Context, s *Service, k *kind, tenantID string, page
 // lock if nothing else references it. A change that changes nothing
 // returns the row unchanged.
 func update[T row](ctx context.Context, s *Service, k *kind, tenantID, id string, c change) (T, error) {
+	var r T
+	err := s.locks.Keyed(ctx, func(keying *locks.Keying) error {
+		var err error
+		r, err = updateKeyed[T](ctx, s, k, keying, tenantID, id, c)
+		return err
+	})
+	return r, err
+}
+
+func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.Keying, tenantID, id string, c change) (T, error) {
 	var zero T
 	if !validID(id) {
 		return zero, k.notFound(id)
 	}
-	n := s.locks.Rules()
-	key, stored, err := k.validate(n, c)
+	key, stored, err := k.validate(keying.Current, c)
 	if err != nil {
 		return zero, err
 	}
@@ -463,7 +507,11 @@ func update[T row](ctx context.Context, s *Service, k *kind, tenantID, id string
 			return nil
 		}
 		if next.normalizedURL != was.normalizedURL {
-			lockID, owner, err := s.acquire(ctx, tx, n, tenantID, normalize.Key(next.normalizedURL))
+			claim, err := keying.Claim(*c.repoURL)
+			if err != nil {
+				return err
+			}
+			lockID, owner, err := s.acquire(ctx, tx, tenantID, claim)
 			if err != nil {
 				return err
 			}

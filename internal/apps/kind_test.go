@@ -29,8 +29,8 @@ func TestKindStatements(t *testing.T) {
 			{k.sql.create, "SELECT a.id, $7::uuid FROM a"},
 			{k.sql.update, k.own[0].name + " = $6, " + k.own[1].name + " = $7, updated_at = now()"},
 			{k.sql.update, "$8::text AS lock_id"},
-			{k.sql.createWithNewLock, "$5::text[], $6::text[], $7::text[])"},
-			{k.sql.createWithNewLock, "AS i(key, rules, tenant, name, repo_url, " + own + ")"},
+			{k.sql.createWithNewLock, "$5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[])"},
+			{k.sql.createWithNewLock, "AS i(key, rules, tenant, shadows, gen, name, repo_url, " + own + ")"},
 			{k.sql.get, "a.normalized_url, a." + k.own[0].name + ", a." + k.own[1].name + ", a.created_at"},
 		} {
 			if !strings.Contains(want.stmt, want.part) {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/locks"
 )
 
@@ -56,17 +55,12 @@ func (s *Server) acquireLock(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	n := s.cfg.Locks.Rules()
-	key, err := n.RepoURL(req.RepoURL)
-	if err != nil {
-		return repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
-	}
-	acq, err := s.cfg.Locks.Acquire(c.Request().Context(), n, Tenant(c).ID, key)
+	acq, err := s.cfg.Locks.Acquire(c.Request().Context(), Tenant(c).ID, req.RepoURL)
 	if err != nil {
 		return err
 	}
 	if !acq.Acquired {
 		return locks.ClaimedError(acq.Owner)
 	}
-	return c.JSON(http.StatusOK, acquireResponse{LockID: acq.LockID, Acquired: true, NormalizedURL: string(key)})
+	return c.JSON(http.StatusOK, acquireResponse{LockID: acq.LockID, Acquired: true, NormalizedURL: string(acq.Key)})
 }

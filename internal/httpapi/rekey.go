@@ -47,11 +47,11 @@ func (s *Server) rekey(c echo.Context) error {
 		opts.BatchSize = n
 	}
 	ctx := c.Request().Context()
-	n, err := s.cfg.Rekey.Load(ctx)
+	k, err := rekey.LoadKeying(ctx, s.DB)
 	if err != nil {
 		return err
 	}
-	rep, err := s.cfg.Rekey.Run(ctx, n, opts)
+	rep, err := s.cfg.Rekey.Run(ctx, k, opts)
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ package locks
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -120,38 +121,52 @@ func validateTenantID(id string) error {
 	return nil
 }
 
-// NewLocksCTE creates locks and their "acquired" events, as two common
-// table expressions named lock and lock_event, for the rows of a CTE named
-// input with the columns key (the normalized key), rules (RuleSet: the
-// normalizer version, or "version:fingerprint" under configured aliases; a
-// bare normalize.Version works too) and tenant (the acquiring user's id,
-// uuid). Every key of input must be distinct: a key already held (by
-// anyone, or by an earlier row of input) gets no lock row.
+// NewLocksCTE creates locks and their "acquired" events, as common table
+// expressions named rules_guard, lock and lock_event, for the rows of a CTE
+// named input with the columns key (the claim's key), rules (the rule set
+// the lock stores: Claim's, the rules version), tenant (the acquiring
+// user's id, uuid), shadows (the claim's shadow keys, '\n'-separated, ”
+// for none) and gen (the claim's rules generation, bigint). Every key of
+// input must be distinct: a key already held (by anyone, or by an earlier
+// row of input) gets no lock row, and neither does a key one of whose
+// shadow keys another tenant holds. rules_guard raises RL001 when a row's
+// generation is not the stored one (Keying).
 //
 // It is for the statements that create a lock together with the row that
 // references it (internal/apps): they start with "WITH input AS (...), " +
-// NewLocksCTE and join lock, which has no row for a key already taken. The
+// NewLocksCTE and join lock, which has no row for a key not created. The
 // locks are inserted with gc_candidate false: they are referenced by the
 // time the statement ends (a statement that did not write the reference
 // would leave garbage the GC never scans; use the bare acquire's
 // bareLocksCTE for a lock without a reference). They are inserted in key
 // order, so that two such statements running at once wait for each other's
 // keys in one order and never deadlock on them.
-const NewLocksCTE = `lock AS (` + insertLocksHead + `false` + insertLocksTail + `), ` + lockEventCTE
+const NewLocksCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `false` + insertLocksTail + `), ` + lockEventCTE
 
 // bareLocksCTE is NewLocksCTE for locks that nothing references yet (the
 // bare acquire, and every other Acquire that creates a lock before its
 // caller writes the reference): gc_candidate true, so the GC's candidate
 // scan finds it if the reference never comes. The caller that does write
 // one leaves a referenced candidate, whose flag the next GC run clears.
-const bareLocksCTE = `lock AS (` + insertLocksHead + `true` + insertLocksTail + `), ` + lockEventCTE
+const bareLocksCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `true` + insertLocksTail + `), ` + lockEventCTE
+
+// rulesGuardCTE checks the rules generation of input once per statement:
+// the lowest and the highest of its rows (a batch may mix claims keyed
+// before and after a reload; then one of them is stale and it raises).
+const rulesGuardCTE = `rules_guard AS (
+	SELECT repolock_rules_guard(min(input.gen)) AND repolock_rules_guard(max(input.gen)) AS ok FROM input
+)`
 
 const (
 	insertLocksHead = `
 	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate)
 	SELECT input.key, split_part(input.rules, ':', 1)::integer, split_part(input.rules, ':', 2), input.tenant, `
 	insertLocksTail = `
-	FROM input ORDER BY input.key
+	FROM input CROSS JOIN rules_guard
+	WHERE rules_guard.ok AND (input.shadows = '' OR NOT EXISTS (
+		SELECT 1 FROM RepositoryLockOwner s
+		WHERE s.git_repository_url = ANY (string_to_array(input.shadows, E'\n')) AND s.cluster_user_id <> input.tenant))
+	ORDER BY input.key
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
 `
@@ -171,15 +186,18 @@ const lockEventCTE = `lock_event AS (
 // insertLocksSQL is the common case of an acquire: create each lock (a GC
 // candidate until referenced) and its "acquired" event, or nothing for a
 // key that is taken. One statement for a whole batch of acquires (arrays
-// $1 keys, $2 rule sets, $3 tenants, keys distinct); it returns the locks
-// it created.
+// $1 keys, $2 rule sets, $3 tenants, $4 shadow lists, $5 generations; keys
+// distinct); it returns the locks it created.
 const insertLocksSQL = `WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]) AS i(key, rules, tenant)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::bigint[]) AS i(key, rules, tenant, shadows, gen)
 ), ` + bareLocksCTE + `
 SELECT lock.git_repository_url AS key, lock.id, lock.cluster_user_id AS tenant FROM lock`
 
 // newLock is one acquire's row of insertLocksSQL.
-type newLock struct{ key, rules, tenant string }
+type newLock struct {
+	key, rules, tenant, shadows string
+	gen                         int64
+}
 
 // insertLocks runs insertLocksSQL through q for the locks in (keys distinct) and
 // returns the id of each lock it created, "" for a key that was taken.
@@ -187,18 +205,21 @@ func insertLocks(ctx context.Context, q runner, in []newLock) ([]string, error) 
 	keys := make(pq.StringArray, len(in))
 	rules := make(pq.StringArray, len(in))
 	tenants := make(pq.StringArray, len(in))
-	index := make(map[newLock]int, len(in)) // by key and tenant (rules blank)
+	shadows := make(pq.StringArray, len(in))
+	gens := make(pq.Int64Array, len(in))
+	type keyTenant struct{ key, tenant string }
+	index := make(map[keyTenant]int, len(in))
 	for i, l := range in {
-		keys[i], rules[i], tenants[i] = l.key, l.rules, l.tenant
-		index[newLock{key: l.key, tenant: l.tenant}] = i
+		keys[i], rules[i], tenants[i], shadows[i], gens[i] = l.key, l.rules, l.tenant, l.shadows, l.gen
+		index[keyTenant{l.key, l.tenant}] = i
 	}
 	var created []newLockRow
-	if err := q.selectRows(ctx, &created, insertLocksSQL, keys, rules, tenants); err != nil {
+	if err := q.selectRows(ctx, &created, insertLocksSQL, keys, rules, tenants, shadows, gens); err != nil {
 		return nil, err
 	}
 	ids := make([]string, len(in))
 	for _, c := range created {
-		if i, ok := index[newLock{key: c.Key, tenant: c.Tenant}]; ok {
+		if i, ok := index[keyTenant{c.Key, c.Tenant}]; ok {
 			ids[i] = c.ID
 		}
 	}
@@ -212,12 +233,16 @@ type newLockRow struct {
 	Tenant string `db:"tenant"`
 }
 
-// ownLockSQL finds the caller's own lock on a URL and takes FOR KEY SHARE on
-// it, so that it cannot be released before the caller's transaction ends.
-// A row being deleted by a concurrent Release is waited for and then skipped.
+// ownLockSQL finds the caller's own lock on a claim's keys ($1: the key,
+// then its shadow keys; the first found in that order) and takes FOR KEY
+// SHARE on it, so that it cannot be released before the caller's
+// transaction ends. A row being deleted by a concurrent Release is waited
+// for and then skipped.
 const ownLockSQL = `
 SELECT id FROM RepositoryLockOwner
-WHERE git_repository_url = $1 AND cluster_user_id = $2
+WHERE git_repository_url = ANY ($1::text[]) AND cluster_user_id = $2
+ORDER BY array_position($1::text[], git_repository_url)
+LIMIT 1
 FOR KEY SHARE`
 
 // DenialWindow is the window repeated denials coalesce in: the denials of
@@ -226,19 +251,23 @@ FOR KEY SHARE`
 // one row per window, not one per request.
 const DenialWindow = time.Hour
 
-// deniedSQL finds another tenant's lock on a URL and records the denial, in
-// one round trip: the first denial of the window inserts the row, the next
-// ones count on it (INSERT ... ON CONFLICT on the unique index of
-// (tenant, URL, window), so concurrent denials cannot insert twice).
+// deniedSQL finds another tenant's lock on a claim's keys ($1: the key,
+// then its shadow keys; the first found in that order) and records the
+// denial on the claim's key ($4), in one round trip: the first denial of
+// the window inserts the row, the next ones count on it (INSERT ... ON
+// CONFLICT on the unique index of (tenant, URL, window), so concurrent
+// denials cannot insert twice).
 const deniedSQL = `
 WITH owner AS (
 	SELECT o.id, o.cluster_user_id, u.name
 	FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-	WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2
+	WHERE o.git_repository_url = ANY ($1::text[]) AND o.cluster_user_id <> $2
+	ORDER BY array_position($1::text[], o.git_repository_url)
+	LIMIT 1
 ), event AS (
 	INSERT INTO repository_lock_events AS e
 		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, denial_window)
-	SELECT '` + EventDenied + `', owner.id, $1, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name,
+	SELECT '` + EventDenied + `', owner.id, $4, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name,
 		date_bin(make_interval(secs => $3), now(), timestamptz '1970-01-01 00:00:00+00')
 	FROM owner
 	ON CONFLICT (cluster_user_id, git_repository_url, denial_window) WHERE event = '` + EventDenied + `' AND denial_window IS NOT NULL
@@ -248,7 +277,11 @@ SELECT name FROM owner`
 
 // Acquisition is the outcome of Acquire.
 type Acquisition struct {
-	// LockID is the lock the caller now holds ("" when not Acquired).
+	// Key is the claim's key under the rules it was decided under.
+	Key normalize.Key
+	// LockID is the lock the caller now holds ("" when not Acquired). It
+	// may be a lock on one of the claim's shadow keys, until re-keying
+	// moves it.
 	LockID string
 	// Acquired is false when another tenant owns the URL.
 	Acquired bool
@@ -256,92 +289,114 @@ type Acquisition struct {
 	Owner string
 }
 
-// RuleSet is the rule set n keys under, as NewLocksCTE's rules column takes
-// it and a lock stores it: normalize.Version, plus ":" and n.Fingerprint()
-// when n has configured aliases ("2", "2:0123456789abcdef").
-func RuleSet(n *normalize.Normalizer) string {
-	if f := n.Fingerprint(); f != "" {
-		return strconv.Itoa(normalize.Version) + ":" + f
-	}
-	return strconv.Itoa(normalize.Version)
-}
+// RuleSet is the rule set a lock keyed under n stores: its rules version
+// ("3"). (Locks written before rules v3 may also carry the fingerprint of
+// the alias set they were keyed under, "2:0123456789abcdef"; an alias
+// change now re-keys the locks it moves in the transaction that applies
+// it, so no lock is stale because of aliases.)
+func RuleSet(n *normalize.Normalizer) string { return RuleSetVersion(n.Version()) }
 
-// Acquire acquires the lock on the normalized repository URL key for the
-// tenant whose id is tenantID, on the pool: an acquire that finds the URL
-// free runs as one autocommit statement, which concurrent acquires share
-// (group commit). The key is checked, and a new lock's rule set recorded,
-// under n: the rules the caller keyed the URL under, a snapshot of Rules()
-// taken once per request, so that an alias change landing mid-request
-// cannot make its key look wrong.
+// RuleSetVersion is RuleSet of a rules version.
+func RuleSetVersion(v int) string { return strconv.Itoa(v) }
+
+// Acquire claims the repository of the URL raw for the tenant whose id is
+// tenantID, on the pool: it keys raw under the rules in force (Keyed: again
+// under the new rules when they change meanwhile), and an acquire that
+// finds the repository free runs as one autocommit statement, which
+// concurrent acquires share (group commit).
 //
-//   - The URL is free: a lock is created (and an "acquired" event recorded);
-//     it returns {LockID: id, Acquired: true}.
-//   - The caller already owns it: it returns {LockID: existing id,
+//   - The repository is free: a lock is created (and an "acquired" event
+//     recorded); it returns {Key, LockID: id, Acquired: true}.
+//   - The caller already owns it: it returns {Key, LockID: existing id,
 //     Acquired: true}.
-//   - Another tenant owns it: it records a "denied" event and returns
-//     {Owner: owner's name}. ClaimedError(Owner) is the error to give the
-//     caller.
+//   - Another tenant owns it, under the current key or a shadow key: it
+//     records a "denied" event and returns {Key, Owner: owner's name}.
+//     ClaimedError(Owner) is the error to give the caller.
 //
-// Acquire is for a lock nothing is about to reference (the bare acquire of
-// POST /v1/locks/acquire): a caller that writes a reference must call
-// AcquireTx in the transaction that writes it.
-func (s *Service) Acquire(ctx context.Context, n *normalize.Normalizer, tenantID string, key normalize.Key) (_ Acquisition, err error) {
+// An invalid URL is invalid_argument. Acquire is for a lock nothing is
+// about to reference (the bare acquire of POST /v1/locks/acquire): a
+// caller that writes a reference must call AcquireTx in the transaction
+// that writes it.
+func (s *Service) Acquire(ctx context.Context, tenantID, raw string) (_ Acquisition, err error) {
 	defer repolock.WrapOp(&err, "locks.Acquire")
-	return s.acquire(ctx, s.pool, n, tenantID, key)
+	var acq Acquisition
+	err = s.Keyed(ctx, func(k *Keying) error {
+		c, err := k.Claim(raw)
+		if err != nil {
+			return invalidURL(err)
+		}
+		acq, err = s.acquire(ctx, s.pool, tenantID, c)
+		return err
+	})
+	return acq, err
 }
 
-// AcquireTx is Acquire inside the caller's transaction tx, with one more
-// guarantee: when the caller already owns the URL it holds FOR KEY SHARE on
-// the lock row until tx ends, so a concurrent Release cannot delete it
-// before the caller has written its reference. The events are written
-// through tx too; a caller that wants a denial audited must commit tx
-// (internal/apps does).
-func (s *Service) AcquireTx(ctx context.Context, tx database.Tx, n *normalize.Normalizer, tenantID string, key normalize.Key) (_ Acquisition, err error) {
+// invalidURL makes a normalizer's rejection an invalid_argument about
+// repo_url; other errors pass.
+func invalidURL(err error) error {
+	var ne *normalize.Error
+	if errors.As(err, &ne) {
+		return repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
+	}
+	return err
+}
+
+// AcquireTx is Acquire of a claim keyed by the caller (Keying.Claim, in a
+// Keyed function), inside the caller's transaction tx, with one more
+// guarantee: when the caller already owns the repository it holds FOR KEY
+// SHARE on the lock row until tx ends, so a concurrent Release cannot
+// delete it before the caller has written its reference. The events are
+// written through tx too; a caller that wants a denial audited must commit
+// tx (internal/apps does). When the rules changed since c was keyed it
+// returns ErrRulesChanged, and tx is aborted: the caller's Keyed function
+// returns it, and runs again under the new rules.
+func (s *Service) AcquireTx(ctx context.Context, tx database.Tx, tenantID string, c Claim) (_ Acquisition, err error) {
 	defer repolock.WrapOp(&err, "locks.AcquireTx")
-	return s.acquire(ctx, inTx{tx}, n, tenantID, key)
+	return s.acquire(ctx, inTx{tx}, tenantID, c)
 }
 
-func (s *Service) acquire(ctx context.Context, q runner, n *normalize.Normalizer, tenantID string, key normalize.Key) (Acquisition, error) {
+func (s *Service) acquire(ctx context.Context, q runner, tenantID string, c Claim) (Acquisition, error) {
 	if err := validateTenantID(tenantID); err != nil {
 		return Acquisition{}, err
 	}
-	if n == nil {
-		return Acquisition{}, repolock.Errorf(repolock.EInternal, "acquire: no keying rules given")
+	if c.key == "" {
+		return Acquisition{}, repolock.Errorf(repolock.EInternal, "acquire: a claim that Keying.Claim did not make")
 	}
-	if err := ValidateKeyWith(n, key); err != nil {
-		return Acquisition{}, err
-	}
+	keys := pq.StringArray(c.keys())
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
 		var owner string
-		lockID, err := q.insertLock(ctx, newLock{key: string(key), rules: RuleSet(n), tenant: tenantID})
+		lockID, err := q.insertLock(ctx, newLock{key: string(c.key), rules: c.rules(), tenant: tenantID, shadows: c.shadowList(), gen: c.gen})
 		if err != nil {
 			return Acquisition{}, mapAcquireError(err)
 		}
 		if lockID != "" {
-			return Acquisition{LockID: lockID, Acquired: true}, nil
+			return Acquisition{Key: c.key, LockID: lockID, Acquired: true}, nil
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
-		err = q.get(ctx, &lockID, ownLockSQL, key, tenantID)
+		err = q.get(ctx, &lockID, ownLockSQL, keys, tenantID)
 		if err == nil {
-			return Acquisition{LockID: lockID, Acquired: true}, nil
+			return Acquisition{Key: c.key, LockID: lockID, Acquired: true}, nil
 		}
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)
 		}
-		err = q.get(ctx, &owner, deniedSQL, key, tenantID, DenialWindow.Seconds())
+		err = q.get(ctx, &owner, deniedSQL, keys, tenantID, DenialWindow.Seconds(), string(c.key))
 		if err == nil {
-			return Acquisition{Owner: owner}, nil
+			return Acquisition{Key: c.key, Owner: owner}, nil
 		}
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)
 		}
 	}
 	return Acquisition{}, repolock.Errorf(repolock.EConflict,
-		"the lock on %s changed hands %d times while acquiring it; try again", key, maxAcquireAttempts)
+		"the lock on %s changed hands %d times while acquiring it; try again", c.key, maxAcquireAttempts)
 }
 
 func mapAcquireError(err error) error {
+	if code := database.PQCode(err); code == codeRulesChanged || code == codeStaleVersion {
+		return mapRulesError(err)
+	}
 	if database.PQCode(err) == database.CodeForeignKeyViolation {
 		return repolock.Wrap(repolock.ENotFound, err, "acquiring user does not exist")
 	}
@@ -468,7 +523,7 @@ type Owner struct {
 // whoever asks.
 func (s *Service) OwnerOf(ctx context.Context, key normalize.Key) (_ Owner, err error) {
 	defer repolock.WrapOp(&err, "locks.OwnerOf")
-	if err := ValidateKeyWith(s.rules.Current(), key); err != nil {
+	if err := ValidateKeyWith(s.Rules(), key); err != nil {
 		return Owner{}, err
 	}
 	var o Owner

@@ -3,6 +3,8 @@ package locks
 import (
 	"context"
 
+	"github.com/lib/pq"
+
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
@@ -16,11 +18,11 @@ import (
 // Release.
 
 // StaleSQL is the condition on a RepositoryLockOwner row aliased o that
-// makes it stale under the rule set ($1 normalize.Version, $2 the
-// fingerprint of the configured aliases): keyed by an older version, or by
-// the current version under another alias set. Locks of a newer version (a
-// newer binary during a rolling upgrade) are not stale.
-const StaleSQL = `(o.normalizer_version < $1 OR (o.normalizer_version = $1 AND o.normalizer_rules <> $2))`
+// makes it stale under rules version $1: keyed by an older version. Locks
+// of a newer version (a newer binary during a rolling upgrade) are not
+// stale. Aliases make no lock stale: an alias change re-keys the locks it
+// moves in the transaction that applies it (internal/rekey).
+const StaleSQL = `(o.normalizer_version < $1)`
 
 // Stale is one lock keyed under other rules.
 type Stale struct {
@@ -43,9 +45,9 @@ func (s *Service) ListStale(ctx context.Context, q database.Querier, n *normaliz
 	err = q.SelectContext(ctx, &out, `
 		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
 		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-		WHERE `+StaleSQL+` AND o.id > $3
+		WHERE `+StaleSQL+` AND o.id > $2
 		ORDER BY o.id
-		LIMIT $4`, normalize.Version, n.Fingerprint(), afterID, limit)
+		LIMIT $3`, n.Version(), afterID, limit)
 	return out, database.MapError(err)
 }
 
@@ -59,8 +61,8 @@ func (s *Service) LockStale(ctx context.Context, q database.Querier, n *normaliz
 	err = q.GetContext(ctx, &l, `
 		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
 		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-		WHERE o.id = $3 AND `+StaleSQL+`
-		FOR UPDATE OF o`, normalize.Version, n.Fingerprint(), lockID)
+		WHERE o.id = $2 AND `+StaleSQL+`
+		FOR UPDATE OF o`, n.Version(), lockID)
 	if database.IsNoRows(err) {
 		return Stale{}, false, nil
 	}
@@ -92,21 +94,22 @@ WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2`
 // move itself is recorded by RecordRekeyed) or takes FOR KEY SHARE on the
 // tenant's existing one, or, when another tenant holds key, returns that
 // lock and owner without recording a denial (the tenant asked for nothing).
-func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, n *normalize.Normalizer, tenantID string, key normalize.Key) (_ Target, err error) {
+func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, k *Keying, tenantID string, key normalize.Key) (_ Target, err error) {
 	defer repolock.WrapOp(&err, "locks.AcquireForRekey")
-	if err := ValidateKeyWith(n, key); err != nil {
+	c, err := k.KeyClaim(key)
+	if err != nil {
 		return Target{}, err
 	}
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		ids, err := insertLocks(ctx, inTx{q}, []newLock{{key: string(key), rules: RuleSet(n), tenant: tenantID}})
+		ids, err := insertLocks(ctx, inTx{q}, []newLock{{key: string(key), rules: c.rules(), tenant: tenantID, gen: c.gen}})
 		if err != nil {
-			return Target{}, database.MapError(err)
+			return Target{}, mapAcquireError(err)
 		}
 		if ids[0] != "" {
 			return Target{LockID: ids[0], Created: true}, nil
 		}
 		var id string
-		err = q.GetContext(ctx, &id, ownLockSQL, key, tenantID)
+		err = q.GetContext(ctx, &id, ownLockSQL, pq.StringArray{string(key)}, tenantID)
 		if err == nil {
 			return Target{LockID: id}, nil
 		}

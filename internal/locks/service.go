@@ -20,7 +20,7 @@ import (
 // unchanged on either.
 type Service struct {
 	db    *database.DB
-	rules normalize.Source
+	rules Rules
 	// pool runs the acquire's statements on db: the insert through the
 	// Batcher, the look-ups as prepared statements.
 	pool onPool
@@ -31,7 +31,7 @@ type Service struct {
 // required: a missing one is a wiring error and panics at start-up. It
 // builds the pool's acquire Batcher ("locks.insertLocks"): one service per
 // pool (a second panics).
-func New(db *database.DB, rules normalize.Source) *Service {
+func New(db *database.DB, rules Rules) *Service {
 	if db == nil || rules == nil {
 		panic("locks.New: a pool and the keying rules are required")
 	}
@@ -44,12 +44,16 @@ func New(db *database.DB, rules normalize.Source) *Service {
 	return s
 }
 
-// Rules returns the rules the service keys under now: a snapshot a caller
-// takes once per request, keys the request's URLs under and passes to
-// Acquire or AcquireTx. Every component that keys a URL for a lock takes
-// its rules from here (internal/apps does), so none can key under other
-// rules than the locks check keys under.
-func (s *Service) Rules() *normalize.Normalizer { return s.rules.Current() }
+// Rules returns the rules the service keys under now (Keying().Current):
+// for lookups, which key a URL to find its lock (OwnerOf, the console,
+// GET /v1/normalize). Claims key under a Keying inside Keyed. Every
+// component that keys a URL takes its rules from here, so none can key
+// under other rules than the locks check keys under.
+func (s *Service) Rules() *normalize.Normalizer { return s.rules.Keying().Current }
+
+// Keying returns the rules claims are keyed and checked under now (Keyed
+// runs a claim under them).
+func (s *Service) Keying() *Keying { return s.rules.Keying() }
 
 // runner is where an acquire's statements run: the pool (onPool) or a
 // caller's transaction (inTx). The statements and their order are the

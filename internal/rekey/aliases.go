@@ -2,8 +2,6 @@ package rekey
 
 import (
 	"context"
-	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,69 +126,6 @@ func (s *Service) RemoveAlias(ctx context.Context, from string) (err error) {
 		}
 		return nil
 	})
-}
-
-// Source is the normalizer the running service keys URLs with: the stored
-// aliases, loaded at start and refreshed every interval. It is safe for
-// concurrent use.
-type Source struct {
-	db      *database.DB
-	logger  *slog.Logger
-	current atomic.Pointer[normalize.Normalizer]
-}
-
-// NewSource loads the stored aliases (an error when they cannot be read or
-// do not form a valid set: the service must not start on other rules).
-func NewSource(ctx context.Context, db *database.DB, logger *slog.Logger) (*Source, error) {
-	s := Unloaded(db, logger)
-	if err := s.Refresh(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// Unloaded returns a Source holding the built-in rules until its first
-// Refresh: for `api serve`, which starts before the database answers (and
-// before its migrations ran) and loads the aliases before it reports ready;
-// until then its API answers 503, so nothing is keyed without them.
-func Unloaded(db *database.DB, logger *slog.Logger) *Source {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	s := &Source{db: db, logger: logger}
-	s.current.Store(normalize.Default())
-	return s
-}
-
-// Current returns the normalizer of the last successful load.
-func (s *Source) Current() *normalize.Normalizer { return s.current.Load() }
-
-// Refresh reloads the stored aliases; on an error the current set stays.
-func (s *Source) Refresh(ctx context.Context) error {
-	n, err := load(ctx, s.db)
-	if err != nil {
-		return err
-	}
-	if old := s.current.Swap(n); old.Fingerprint() != n.Fingerprint() {
-		s.logger.Info("normalizer aliases changed", "normalizer_rules", n.Fingerprint(), "aliases", len(n.Rules().Aliases))
-	}
-	return nil
-}
-
-// Run refreshes every interval until ctx is done.
-func (s *Source) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("refreshing normalizer aliases failed; keeping the current set", "error", err.Error())
-			}
-		}
-	}
 }
 
 // RemoveAliasByID deletes the alias id (not found when there is none).

@@ -151,9 +151,14 @@ func New(db *database.DB, locks *locks.Service) *Service {
 	return &Service{db: db, locks: locks}
 }
 
-// Run re-keys every stale lock under n's rules.
-func (s *Service) Run(ctx context.Context, n *normalize.Normalizer, opts Options) (_ Report, err error) {
+// Run re-keys every stale lock under the rules of k (LoadKeying: the
+// stored aliases, this binary's rules version). A run that writes
+// (not a dry run) first registers k's rules version (RegisterVersion): from
+// then on no replica of an older version claims, so the locks it moves
+// cannot be claimed again under their old keys.
+func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Report, err error) {
 	db := s.db
+	n := k.Current
 	defer repolock.WrapOp(&err, "rekey.Run")
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
@@ -179,8 +184,19 @@ func (s *Service) Run(ctx context.Context, n *normalize.Normalizer, opts Options
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, advisoryKey) //nolint:errcheck // the session ends with the connection anyway
 	}
-	r := &runner{db: db, locks: s.locks, n: n, opts: opts, targets: map[normalize.Key][]claim{}, dryCreated: map[normalize.Key]bool{}}
-	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: normalize.Version, NormalizerRules: n.Fingerprint(),
+	if !opts.DryRun {
+		if err := RegisterVersion(ctx, db, n.Version()); err != nil {
+			return Report{}, err
+		}
+		// The registration bumped the generation when it raised the
+		// version: key under the rules as they are now.
+		if k, err = LoadKeying(ctx, db); err != nil {
+			return Report{}, err
+		}
+		n = k.Current
+	}
+	r := &runner{db: db, locks: s.locks, keying: k, n: n, opts: opts, targets: map[normalize.Key][]claim{}, dryCreated: map[normalize.Key]bool{}}
+	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: n.Version(), NormalizerRules: "",
 		Conflicts: []Problem{}, Rejected: []Problem{}}
 	if err := r.planPass(ctx); err != nil {
 		return Report{}, err
@@ -202,6 +218,7 @@ func (s *Service) Run(ctx context.Context, n *normalize.Normalizer, opts Options
 type runner struct {
 	db      *database.DB
 	locks   *locks.Service
+	keying  *locks.Keying
 	n       *normalize.Normalizer
 	opts    Options
 	report  Report
@@ -418,7 +435,7 @@ func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out
 			}
 			continue
 		}
-		t, err := r.locks.AcquireForRekey(ctx, tx, r.n, l.TenantID, k)
+		t, err := r.locks.AcquireForRekey(ctx, tx, r.keying, l.TenantID, k)
 		if err != nil {
 			return err
 		}
