@@ -25,24 +25,3 @@ func (n *Normalizer) Fingerprint() string {
 	sum := sha256.Sum256([]byte(strings.Join(lines, "")))
 	return hex.EncodeToString(sum[:8])
 }
-
-// Source gives the rules keys are computed under now: the built-in rules
-// plus the deployment's configured aliases. Every component that computes a
-// key is given one when it is built (cmd/api passes the refreshing
-// rekey.Source); there is no ambient default.
-type Source interface {
-	Current() *Normalizer
-}
-
-// Static returns a Source that always gives n: for commands and tests that
-// key under one fixed rule set. n must not be nil.
-func Static(n *Normalizer) Source {
-	if n == nil {
-		panic("normalize.Static: nil Normalizer")
-	}
-	return staticSource{n}
-}
-
-type staticSource struct{ n *Normalizer }
-
-func (s staticSource) Current() *Normalizer { return s.n }
