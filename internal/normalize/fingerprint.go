@@ -14,11 +14,11 @@ import (
 // the locks an alias change makes stale. The order in which aliases were
 // given does not change it.
 func (n *Normalizer) Fingerprint() string {
-	if len(n.rules.Aliases) == 0 {
+	if len(n.aliases) == 0 {
 		return ""
 	}
-	lines := make([]string, len(n.rules.Aliases))
-	for i, a := range n.rules.Aliases {
+	lines := make([]string, len(n.aliases))
+	for i, a := range n.aliases {
 		lines[i] = a.From.String() + " -> " + a.To.String() + "\n"
 	}
 	slices.Sort(lines)

@@ -22,13 +22,23 @@ import (
 	"github.com/repolock/repolock"
 )
 
-// Version identifies the rule set. It is stored next to every key (column
+// Version identifies the current rule set, the one Default and the
+// package-level functions key under. It is stored next to every key (column
 // normalizer_version) and must be bumped whenever a change to this package,
 // or to a dependency it relies on (git-urls, golang.org/x/net/idna, the Go
 // Unicode tables), can change the key of some input or start or stop
 // rejecting some input. Stored keys with an older version are re-checked by
 // re-normalizing the stored URL.
-const Version = 2
+//
+// Older versions stay supported (Supported, ForVersion, Rules.Version):
+// claims must compute the key a URL had under every version still stored,
+// and a version keys exactly as it did when it was current, forever
+// (testdata/v2_keys.txt holds version 2 to that).
+//
+// Version 3 keys scp-like paths as git sends them, verbatim: a literal '%'
+// is "%25" in the key (version 2 decoded "%XX", so "git@h:o/te%73t" and
+// "ssh://git@h/o/te%2573t", which git sends as one path, got two keys).
+const Version = 3
 
 // MaxLength is the longest input, and the longest key, accepted (in bytes).
 // The cap is applied before any parsing: git-urls' scp regexp has a published
@@ -139,6 +149,8 @@ const (
 	reasonSSHPassword    = "ssh URLs cannot carry a password (git would misread the port)"
 	reasonTildeUser      = "'~user' paths are not allowed (another user's home directory)"
 	reasonRepoName       = "invalid repository name"
+	reasonVersion        = "unsupported rules version"
+	reasonAzurePercent   = "'%' in an Azure DevOps SSH path is not allowed (its SSH server decodes the path once more)"
 	reasonPathAt         = "'@' in the path is not allowed (percent-encode it; a password containing '/' must be percent-encoded too)"
 )
 

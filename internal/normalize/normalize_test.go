@@ -19,7 +19,10 @@ var acceptCases = []struct {
 	{"scheme git", "git://github.com/argoproj/test", "github.com/argoproj/test"},
 	{"scheme git+ssh", "git+ssh://git@github.com/argoproj/test", "github.com/argoproj/test"},
 	{"scheme ssh+git", "ssh+git://git@github.com/argoproj/test", "github.com/argoproj/test"},
-	{"scheme is case-insensitive", "HTTPS://github.com/argoproj/test", "github.com/argoproj/test"},
+	{"scheme is case-insensitive (git refuses it; keyed as lower case, see docs)", "HTTPS://github.com/argoproj/test", "github.com/argoproj/test"},
+	{"scheme SSH upper case keyed as ssh", "SSH://git@github.com/argoproj/test", "github.com/argoproj/test"},
+	{"scheme mixed case keyed as lower case", "Git+Ssh://git@github.com:22/argoproj/test", "github.com/argoproj/test"},
+	{"scheme upper case keeps the port rule", "SSH://git@h.example:2222/o/r", "h.example+2222/o/r"},
 	{"scp-like with user", "git@github.com:argoproj/test", "github.com/argoproj/test"},
 	{"scp-like without user", "github.com:argoproj/test", "github.com/argoproj/test"},
 	{"scp-like with absolute path", "git@github.com:/argoproj/test", "github.com/argoproj/test"},
@@ -114,8 +117,32 @@ var acceptCases = []struct {
 	{"scp digits keep leading zeros (git sends 022)", "github.com:022/repo", "github.com/022/repo"},
 	{"scp digits 22 differ from 022", "github.com:22/repo", "github.com/22/repo"},
 	{"scp ssh.github.com:443 is a path, not the port 443 alias (v1: github.com/o/r)", "ssh.github.com:443/o/r", "github.com/443/o/r"},
-	{"scp percent-escape decoded like ssh://", "git@h.example:o/r%41", "h.example/o/ra"},
+	{"scp percent-escape kept as git sends it (v3; v2: decoded)", "git@h.example:o/r%41", "h.example/o/r%2541"},
+	{"scp %73 with user kept (v3)", "git@h.example:/o/te%73t", "h.example/o/te%2573t"},
+	{"scp %73 without user kept (v3)", "h.example:/o/te%73t", "h.example/o/te%2573t"},
+	{"scp %73 with ~/ kept (v3)", "git@h.example:~/o/te%73t", "h.example/o/te%2573t"},
+	{"scp %73 without user, with ~/ kept (v3)", "h.example:~/o/te%73t", "h.example/o/te%2573t"},
+	{"ssh %2573 decoded once, as git sends it", "ssh://git@h.example/o/te%2573t", "h.example/o/te%2573t"},
+	{"ssh %2573 without user", "ssh://h.example/o/te%2573t", "h.example/o/te%2573t"},
+	{"ssh %2573 with ~/", "ssh://git@h.example/~/o/te%2573t", "h.example/o/te%2573t"},
+	{"ssh %73 decoded once", "ssh://git@h.example/o/te%73t", "h.example/o/test"},
+	{"scp %2573 kept (v3)", "git@h.example:/o/te%2573t", "h.example/o/te%252573t"},
+	{"scp %2573 without user kept (v3)", "h.example:o/te%2573t", "h.example/o/te%252573t"},
+	{"scp %2573 with ~/ kept (v3)", "git@h.example:~/o/te%2573t", "h.example/o/te%252573t"},
+	{"scp %20 with user kept (v3)", "git@h.example:o/te%20t", "h.example/o/te%2520t"},
+	{"scp %20 without user kept (v3)", "h.example:/o/te%20t", "h.example/o/te%2520t"},
+	{"scp %20 with ~/ kept (v3)", "h.example:~/o/te%20t", "h.example/o/te%2520t"},
+	{"ssh %2520 decoded once", "ssh://git@h.example/o/te%2520t", "h.example/o/te%2520t"},
+	{"ssh %2520 without user, with ~/", "ssh://h.example/~/o/te%2520t", "h.example/o/te%2520t"},
+	{"ssh %20 decoded once", "ssh://git@h.example/o/te%20t", "h.example/o/te%20t"},
+	{"scp %2520 kept (v3)", "git@h.example:o/te%2520t", "h.example/o/te%252520t"},
+	{"scp escaped .git is not a .git suffix (v3)", "git@h.example:o/r%2Egit", "h.example/o/r%252egit"},
+	{"scp escaped ~ is not home (v3)", "git@h.example:%7e/o/r", "h.example/%257e/o/r"},
+	{"scp escaped @ kept (v3)", "git@h.example:o/r%40v1", "h.example/o/r%2540v1"},
 	{"scp Azure DevOps with encoded space in the project", "git@ssh.dev.azure.com:v3/org/My%20Project/repo", "dev.azure.com/org/my%20project/_git/repo"},
+	{"scp Azure DevOps escapes decoded (Azure's SSH server decodes them)", "git@ssh.dev.azure.com:v3/org/te%73t/repo", "dev.azure.com/org/test/_git/repo"},
+	{"scp Azure DevOps other path shape decoded too", "git@ssh.dev.azure.com:other/te%73t", "ssh.dev.azure.com/other/test"},
+	{"ssh Azure DevOps on another port is another server: no Azure rule", "ssh://git@ssh.dev.azure.com:2222/v3/org/te%2573t/repo", "ssh.dev.azure.com+2222/v3/org/te%2573t/repo"},
 
 	// Aliases.
 	{"alias Azure DevOps https", "https://dev.azure.com/ORG/PROJ/_git/REPO", "dev.azure.com/org/proj/_git/repo"},
@@ -305,6 +332,14 @@ var rejectCases = []struct {
 	{"dot-dot over git://", "git://github.com/o/x/../r", reasonDotDot},
 	{"dot-dot scp-like", "git@github.com:o/x/../r.git", reasonDotDot},
 	{"dot-dot scp-like encoded", "git@github.com:o/x/%2e%2E/r", reasonDotDot},
+	{"scp encoded slash still rejected (v3 rejects what v2 rejects)", "git@h.example:o%2Fr", reasonEncodedSlash},
+	{"scp encoded newline still rejected", "git@h.example:o/r%0A", reasonEncodedControl},
+	{"scp encoded ~user still rejected", "git@h.example:%7euser/r", reasonTildeUser},
+	{"scp Azure DevOps: '%' left after Azure decodes", "git@ssh.dev.azure.com:v3/org/te%2573t/repo", reasonAzurePercent},
+	{"scp Azure DevOps: %2520", "git@ssh.dev.azure.com:v3/org/My%2520Project/repo", reasonAzurePercent},
+	{"ssh Azure DevOps: git sends '%', Azure decodes again", "ssh://git@ssh.dev.azure.com/v3/org/te%2573t/repo", reasonAzurePercent},
+	{"ssh Azure DevOps legacy: %2520", "ssh://org@vs-ssh.visualstudio.com/v3/org/My%2520Project/repo", reasonAzurePercent},
+	{"upper-case FILE scheme", "FILE:///tmp/r", reasonFileScheme},
 	{"dot-dot key form", "github.com/o/x/../r", reasonDotDot},
 	{"dot-dot above root", "https://github.com/../r", reasonDotDot},
 	{"dot-dot above root later", "https://github.com/o/../../r", reasonDotDot},
@@ -548,7 +583,7 @@ func TestErrorType(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	// Changing any key changes this test's expectations; bump Version then.
-	if Version != 2 {
+	if Version != 3 {
 		t.Fatalf("Version = %d; update the golden cases and docs/normalization.md with it", Version)
 	}
 }
@@ -575,7 +610,7 @@ var allReasons = map[string]bool{
 	reasonIPv6: true, reasonIPv6Zone: true, reasonPortNaN: true, reasonPortRange: true,
 	reasonNoPath: true, reasonPercent: true, reasonEncodedSlash: true, reasonEncodedControl: true,
 	reasonPathUTF8: true, reasonDotDot: true, reasonRepoName: true, reasonPathAt: true,
-	reasonTildeUser: true, reasonGitUser: true, reasonSSHPassword: true, reasonKeySyntax: true, reasonAliasEndpoint: true, reasonAliasCanonical: true,
+	reasonVersion: true, reasonAzurePercent: true, reasonTildeUser: true, reasonGitUser: true, reasonSSHPassword: true, reasonKeySyntax: true, reasonAliasEndpoint: true, reasonAliasCanonical: true,
 	reasonAliasSame: true, reasonAliasBuiltin: true, reasonAliasOverlap: true, reasonAliasChain: true,
 }
 

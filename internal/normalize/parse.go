@@ -30,6 +30,12 @@ type parsed struct {
 	port int    // 0 when absent or equal to the scheme's default
 	segs []string
 
+	// ssh is set for paths git sends over ssh (ssh URLs and scp-like).
+	ssh bool
+	// scpPath is the raw path of the scp-like form, as git sends it
+	// (rules v3 key it verbatim; segs holds it decoded, as v2 keys it).
+	scpPath string
+
 	// For StripUserInfo: s is the trimmed input, and s[userStart:userEnd] is
 	// the "user@" part (userEnd == userStart when there is none).
 	s                  string
@@ -213,7 +219,7 @@ func parseURL(s, rawScheme, rest string) (*parsed, error) {
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		authority, rawPath = rest[:i], rest[i:]
 	}
-	p := &parsed{form: formURL, s: s}
+	p := &parsed{form: formURL, s: s, ssh: isSSHScheme(scheme)}
 	p.userStart = len(rawScheme) + len("://")
 	p.userEnd = p.userStart
 	hostPort := authority
@@ -286,7 +292,7 @@ func isSSHScheme(scheme string) bool {
 // first ':' in s, which comes before any '/'.
 func parseSCP(s string, colon int) (*parsed, error) {
 	hostPart, rawPath := s[:colon], s[colon+1:]
-	p := &parsed{form: formSCP, s: s}
+	p := &parsed{form: formSCP, s: s, ssh: true, scpPath: rawPath}
 	rawHost := hostPart
 	if at := strings.LastIndexByte(hostPart, '@'); at >= 0 {
 		if strings.IndexByte(hostPart, '@') != at {

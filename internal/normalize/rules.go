@@ -129,33 +129,51 @@ func (a Alias) Validate() error {
 	return nil
 }
 
-// Rules is the configuration of a Normalizer beyond the built-in rules.
+// Rules is the configuration of a Normalizer: the version of the built-in
+// rules and the per-deployment aliases.
 type Rules struct {
+	// Version is the rules version to key under: 0 means Version (the
+	// current one); otherwise one of Supported(). A version keys exactly as
+	// it did when it was current.
+	Version int
 	// Aliases are the per-deployment aliases, applied after the built-in
 	// alias table. Their order does not matter (New rejects overlaps).
 	Aliases []Alias
 }
 
-// Normalizer applies the built-in rules plus a validated Rules value. The
-// zero value is not usable; build one with New. A Normalizer is immutable
-// and safe for concurrent use.
+// Normalizer applies the built-in rules of one version plus a validated
+// Rules value. Build one with New, ForVersion or Default (a zero Normalizer
+// keys under the current Version without aliases). A Normalizer is
+// immutable and safe for concurrent use.
 //
-// The package-level RepoURL, StripUserInfo and ParseKey use a Normalizer
-// without configured aliases.
+// The package-level RepoURL, StripUserInfo and ParseKey use Default: the
+// current Version, no configured aliases.
 type Normalizer struct {
-	rules Rules
+	version int     // 0 means Version
+	aliases []Alias // validated
+	next    *successor
 }
 
-var defaultNormalizer = &Normalizer{}
+var defaultNormalizer = &Normalizer{version: Version}
 
-// Default returns the Normalizer with the built-in rules only.
+// Default returns the Normalizer with the built-in rules of the current
+// Version only.
 func Default() *Normalizer { return defaultNormalizer }
 
-// New validates r and returns a Normalizer for it. Besides Alias.Validate on
-// each entry it rejects sets in which one From lies under another (the
+// New validates r and returns a Normalizer for it. It rejects a Version
+// that is neither 0 nor one of Supported(). Besides Alias.Validate on each
+// entry it rejects alias sets in which one From lies under another (the
 // rewrite would depend on order) and in which a To lies under some From
 // (the rewrite would not be a fixed point, and keys not idempotent).
+// Every error is an *Error (invalid_argument).
 func New(r Rules) (*Normalizer, error) {
+	v := r.Version
+	if v == 0 {
+		v = Version
+	}
+	if !slices.Contains(supportedVersions, v) {
+		return nil, invalid(reasonVersion)
+	}
 	as := slices.Clone(r.Aliases)
 	for i, a := range as {
 		if err := a.Validate(); err != nil {
@@ -170,11 +188,23 @@ func New(r Rules) (*Normalizer, error) {
 			}
 		}
 	}
-	return &Normalizer{rules: Rules{Aliases: as}}, nil
+	return &Normalizer{version: v, aliases: as}, nil
 }
 
-// Rules returns a copy of the configured rules.
-func (n *Normalizer) Rules() Rules { return Rules{Aliases: slices.Clone(n.rules.Aliases)} }
+// Rules returns a copy of the rules n keys under, with Version filled in
+// (never 0).
+func (n *Normalizer) Rules() Rules {
+	return Rules{Version: n.Version(), Aliases: slices.Clone(n.aliases)}
+}
+
+// Version returns the rules version n keys under (stored next to its keys
+// as normalizer_version).
+func (n *Normalizer) Version() int {
+	if n.version == 0 {
+		return Version
+	}
+	return n.version
+}
 
 // under reports whether endpoint a lies under (or is) endpoint b.
 func under(a, b Endpoint) bool {
@@ -183,7 +213,7 @@ func under(a, b Endpoint) bool {
 }
 
 func (n *Normalizer) applyConfigured(host string, port int, segs []string) (string, int, []string) {
-	for _, a := range n.rules.Aliases {
+	for _, a := range n.aliases {
 		if rest, ok := a.From.match(host, port, segs); ok {
 			out := append(a.To.prefixSegs(), rest...)
 			if len(out) == 0 {
@@ -236,9 +266,20 @@ func (n *Normalizer) ParseKey(s string) (Key, error) {
 // that RepoURL returns, ParseKey(string(k)) == k.
 func ParseKey(s string) (Key, error) { return defaultNormalizer.ParseKey(s) }
 
-// key applies the built-in and the configured aliases and renders the key.
+// key applies the path rules of n's version, the built-in and the
+// configured aliases, and renders the key.
 func (n *Normalizer) key(p *parsed) (Key, error) {
-	host, port, segs := applyAliases(p.host, p.port, p.segs)
+	if n.next != nil {
+		return n.next.key(p)
+	}
+	segs := p.segs
+	if n.Version() >= 3 {
+		var err error
+		if segs, err = pathV3(p); err != nil {
+			return "", err
+		}
+	}
+	host, port, segs := applyAliases(p.host, p.port, segs)
 	host, port, segs = n.applyConfigured(host, port, segs)
 	return render(host, port, segs)
 }
