@@ -3,7 +3,6 @@ package rekey
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -187,7 +186,7 @@ func rulesFor(v int, aliases []normalize.Alias, base *normalize.Normalizer) (*no
 	if v == base.Version() {
 		return base, nil
 	}
-	return nil, errors.New("unsupported rules version")
+	return normalize.ForVersion(v, aliases)
 }
 
 // parseAliases reads stored aliases into normalize's form.
