@@ -22,6 +22,7 @@ const (
 	EAlreadyExists       Code = "already_exists"         // 409
 	EConflict            Code = "conflict"               // 409
 	ERepositoryClaimed   Code = "repository_claimed"     // 409
+	EAliasConflict       Code = "alias_conflict"         // 409: an alias change would give a repository two owners
 	EGone                Code = "repository_deleting"    // 410
 	EPrecondition        Code = "precondition_failed"    // 412
 	EPayloadTooLarge     Code = "payload_too_large"      // 413

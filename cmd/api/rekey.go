@@ -25,7 +25,8 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 	var (
 		common    commonFlags
 		dryRun    = fs.Bool("dry-run", false, "report what would be re-keyed; change nothing")
-		batchSize = fs.Int("batch-size", rekey.DefaultBatchSize, fmt.Sprintf("stale locks read per query, 1..%d", rekey.MaxBatchSize))
+		batchSize = fs.Int("batch-size", rekey.DefaultBatchSize, fmt.Sprintf("stale locks moved per transaction, 1..%d", rekey.MaxBatchSize))
+		quiet     = fs.Bool("quiet", false, "print no progress on stderr")
 	)
 	common.register(fs)
 	pos, err := fs.parse(args)
@@ -47,8 +48,19 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := svc.rekey.Run(ctx, svc.locks.Keying(), rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger})
+	opts := rekey.Options{DryRun: *dryRun, BatchSize: *batchSize, Logger: logger}
+	if !*quiet {
+		start := time.Now()
+		opts.Progress = func(r rekey.Report) {
+			fmt.Fprintf(e.stderr, "rekey: %d stale locks checked (%d re-keyed, %d moved references, %d conflicts, %d rejected) in %s\n",
+				r.StaleLocks, r.Rekeyed, r.MovedReferences, len(r.Conflicts), len(r.Rejected), time.Since(start).Round(time.Millisecond))
+		}
+	}
+	rep, err := svc.rekey.Run(ctx, svc.locks.Keying(), opts)
 	if err != nil {
+		if rep.Batches > 0 {
+			fmt.Fprintf(e.stderr, "rekey: stopped after %d stale locks (%d re-keyed); run it again to continue\n", rep.StaleLocks, rep.Rekeyed)
+		}
 		return err
 	}
 	enc := json.NewEncoder(e.stdout)
@@ -65,14 +77,17 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 
 // runAlias manages the configured normalizer aliases.
 func runAlias(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "alias", "list | add FROM TO | remove FROM",
+	fs := newFlagSet(e, "alias", "[--dry-run] list | add FROM TO | remove FROM",
 		"Configured (per-deployment) normalizer aliases: every key under the endpoint FROM is rewritten to\n"+
 			"the same rest under TO; endpoints in key syntax host[+port][/prefix], e.g.\n"+
 			"  api alias add gitlab.example.com+2222 gitlab.example.com\n"+
 			"  api alias add bitbucket.example.com+7999 bitbucket.example.com/scm\n"+
-			"A change is a rule change: servers pick it up within ALIAS_REFRESH; then run `api rekey`.")
+			"A change re-keys the locks it moves in the same transaction (no `api rekey` needed), and is\n"+
+			"refused (exit 3, nothing changed) when it would give a repository two owners; it prints the\n"+
+			"change as JSON. --dry-run prints the plan and changes nothing.")
 	var common commonFlags
 	common.register(fs)
+	dryRun := fs.Bool("dry-run", false, "print what the change would move, and its conflicts; change nothing")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -92,18 +107,31 @@ func runAlias(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	switch pos[0] {
-	case "add":
-		a, err := svc.rekey.AddAlias(ctx, pos[1], pos[2])
+	case "add", "remove":
+		var ch rekey.AliasChange
+		if pos[0] == "add" {
+			ch, err = svc.rekey.AddAlias(ctx, pos[1], pos[2], *dryRun)
+		} else {
+			ch, err = svc.rekey.RemoveAlias(ctx, pos[1], *dryRun)
+		}
+		if repolock.IsCode(err, repolock.EAliasConflict) {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(ch)
+			return &exitError{code: 3, err: errors.New(repolock.ErrorMessage(err))}
+		}
 		if err != nil {
 			return cliError(err)
 		}
-		fmt.Fprintf(e.stdout, "%s -> %s\n", a.From, a.To)
-		fmt.Fprintln(e.stderr, "keys change: run `api rekey` once the servers have reloaded the aliases (ALIAS_REFRESH)")
-	case "remove":
-		if err := svc.rekey.RemoveAlias(ctx, pos[1]); err != nil {
-			return cliError(err)
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(ch); err != nil {
+			return err
 		}
-		fmt.Fprintln(e.stderr, "keys change: run `api rekey` once the servers have reloaded the aliases (ALIAS_REFRESH)")
+		if !*dryRun {
+			fmt.Fprintf(e.stderr, "%s %s -> %s: %d locks re-keyed; servers key under the new set at once (their next claim reloads it)\n",
+				ch.Action, ch.Alias.From, ch.Alias.To, ch.RekeyedLocks)
+		}
 	case "list":
 		as, err := svc.rekey.ListAliases(ctx)
 		if err != nil {

@@ -237,7 +237,9 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if s.tokens != nil {
 		s.onClose(s.tokens.Close)
 	}
-	s.svc = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB)
+	if s.svc, err = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB, reg); err != nil {
+		return nil, err
+	}
 	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
 		return nil, err
 	}

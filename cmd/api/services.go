@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
@@ -29,10 +31,15 @@ type services struct {
 // newServices builds the services on db. aliases is the rules source
 // (serve: loaded at startup and refreshed; a command: loaded once, by
 // loadServices); tokens is serve's token cache (nil for commands);
-// reportsDB is the read replica reports read from, nil for db.
-func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, reportsDB *database.DB) *services {
+// reportsDB is the read replica reports read from, nil for db; reg is the
+// registry their metrics go on (a command's own, unserved).
+func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, reportsDB *database.DB, reg prometheus.Registerer) (*services, error) {
 	if reportsDB == nil {
 		reportsDB = db
+	}
+	rm, err := rekey.NewMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
 	l := locks.New(db, aliases)
 	return &services{
@@ -40,9 +47,9 @@ func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, 
 		tenants: tenants.New(db, tokens),
 		locks:   l,
 		apps:    apps.New(db, l),
-		rekey:   rekey.New(db, l),
+		rekey:   rekey.New(db, l, rm),
 		reports: reports.New(reportsDB),
-	}
+	}, nil
 }
 
 // loadServices is newServices for a command: the rules are the stored
@@ -55,5 +62,5 @@ func loadServices(ctx context.Context, db *database.DB) (*services, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newServices(db, aliases, nil, nil), nil
+	return newServices(db, aliases, nil, nil, prometheus.NewRegistry())
 }

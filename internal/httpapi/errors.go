@@ -27,6 +27,7 @@ var statusByCode = map[repolock.Code]int{
 	repolock.EAlreadyExists:     http.StatusConflict,
 	repolock.EConflict:          http.StatusConflict,
 	repolock.ERepositoryClaimed: http.StatusConflict,
+	repolock.EAliasConflict:     http.StatusConflict,
 	repolock.EGone:              http.StatusGone,
 	repolock.EPrecondition:      http.StatusPreconditionFailed,
 	repolock.EPayloadTooLarge:   http.StatusRequestEntityTooLarge,

@@ -53,6 +53,11 @@ func (s *Server) rekey(c echo.Context) error {
 	}
 	rep, err := s.cfg.Rekey.Run(ctx, k, opts)
 	if err != nil {
+		if rep.Batches > 0 {
+			// Say how far it got: what it re-keyed stays re-keyed, and a
+			// second run continues from there.
+			return progressError(err, rep)
+		}
 		return err
 	}
 	return c.JSON(http.StatusOK, rep)
@@ -71,24 +76,51 @@ type aliasRequest struct {
 	To   string `json:"to"`
 }
 
-// addAlias answers 201 with the stored alias. Keys change: the answer does
-// not re-key; POST /v1/admin/rekey does.
+// aliasResponse is the answer of an applied alias add: the stored alias
+// and what its re-key did.
+type aliasResponse struct {
+	rekey.Alias
+	Change rekey.AliasChange `json:"change"`
+}
+
+// addAlias adds an alias and re-keys the locks it moves, as one operation
+// (rekey.Service.AddAlias): 201 with the alias and the change, 409
+// alias_conflict listing every conflict (nothing changed), or with
+// ?dry_run=true 200 with the plan (nothing changed).
 func (s *Server) addAlias(c echo.Context) error {
+	dryRun, err := ParseBool(c, "dry_run")
+	if err != nil {
+		return err
+	}
 	var req aliasRequest
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	a, err := s.cfg.Rekey.AddAlias(c.Request().Context(), req.From, req.To)
+	ch, err := s.cfg.Rekey.AddAlias(c.Request().Context(), req.From, req.To, dryRun)
 	if err != nil {
 		return err
 	}
+	if dryRun {
+		return c.JSON(http.StatusOK, ch)
+	}
 	s.refreshNormalizers(c.Request().Context())
-	return c.JSON(http.StatusCreated, a)
+	return c.JSON(http.StatusCreated, aliasResponse{Alias: ch.Alias, Change: ch})
 }
 
+// removeAlias removes an alias and re-keys the locks it moves, as one
+// operation: 204, 409 alias_conflict, or with ?dry_run=true 200 with the
+// plan.
 func (s *Server) removeAlias(c echo.Context) error {
-	if err := s.cfg.Rekey.RemoveAliasByID(c.Request().Context(), c.Param("id")); err != nil {
+	dryRun, err := ParseBool(c, "dry_run")
+	if err != nil {
 		return err
+	}
+	ch, err := s.cfg.Rekey.RemoveAliasByID(c.Request().Context(), c.Param("id"), dryRun)
+	if err != nil {
+		return err
+	}
+	if dryRun {
+		return c.JSON(http.StatusOK, ch)
 	}
 	s.refreshNormalizers(c.Request().Context())
 	return c.NoContent(http.StatusNoContent)
@@ -100,4 +132,13 @@ func (s *Server) refreshNormalizers(ctx context.Context) {
 	if err := s.cfg.Aliases.Refresh(ctx); err != nil {
 		s.Logger.Warn("refreshing normalizer aliases failed", "error", err.Error())
 	}
+}
+
+// progressError adds the report of a run that stopped half-way to its
+// error, in Details["progress"].
+func progressError(err error, rep rekey.Report) error {
+	e := &repolock.Error{Code: repolock.ErrorCode(err), Message: repolock.ErrorMessage(err) +
+		" (the run stopped half-way: what it re-keyed stays re-keyed; run it again to continue)", Err: err,
+		Details: map[string]any{"progress": rep}}
+	return e
 }

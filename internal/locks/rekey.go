@@ -177,3 +177,77 @@ func (s *Service) MarkCurrent(ctx context.Context, q database.Querier, n *normal
 		WHERE id = $1`, lockID, RuleSet(n))
 	return database.MapError(err)
 }
+
+// rekeyInPlaceSQL gives locks new keys where they are ($1 ids, $2 the keys
+// they had, $3 their new keys, $4 the rules version) and records a
+// "rekeyed" event for each (rekeyed_from: the old key). A new key another
+// lock holds fails the statement (unique violation): the caller re-plans.
+const rekeyInPlaceSQL = `
+WITH m AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) AS m(id, from_key, to_key)
+), moved AS (
+	UPDATE RepositoryLockOwner o
+	SET git_repository_url = m.to_key, normalizer_version = $4, normalizer_rules = ''
+	FROM m WHERE o.id = m.id AND o.git_repository_url = m.from_key
+	RETURNING o.id, o.git_repository_url, m.from_key, o.cluster_user_id
+)
+INSERT INTO repository_lock_events
+	(event, lock_id, git_repository_url, rekeyed_from, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name)
+SELECT '` + EventRekeyed + `', moved.id, moved.git_repository_url, moved.from_key, moved.cluster_user_id, u.name, moved.cluster_user_id, u.name
+FROM moved JOIN cluster_users u ON u.id = moved.cluster_user_id`
+
+// RekeyInPlace moves the locks ids (the caller holds them FOR UPDATE) from
+// the keys from to the keys to, under rules version version, recording a
+// "rekeyed" event each: for a lock whose every reference moves to one new
+// key that no lock holds. It is the set-based step of re-keying; the lock
+// ids, and so the references, stay. It returns how many moved.
+func (s *Service) RekeyInPlace(ctx context.Context, q database.Querier, version int, ids []string, from, to []normalize.Key) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "locks.RekeyInPlace")
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res, err := q.ExecContext(ctx, rekeyInPlaceSQL, pq.StringArray(ids), keyArray(from), keyArray(to), version)
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	return res.RowsAffected()
+}
+
+// MarkCurrentMany records that the locks ids (held FOR UPDATE by the
+// caller), whose keys are unchanged under rules version version, were
+// re-checked under it: one statement for a batch.
+func (s *Service) MarkCurrentMany(ctx context.Context, q database.Querier, version int, ids []string) (err error) {
+	defer repolock.WrapOp(&err, "locks.MarkCurrentMany")
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err = q.ExecContext(ctx, `
+		UPDATE RepositoryLockOwner SET normalizer_version = $2, normalizer_rules = ''
+		WHERE id = ANY ($1::uuid[])`, pq.StringArray(ids), version)
+	return database.MapError(err)
+}
+
+// GuardRules holds off changes of the rules (they take SHARE ROW EXCLUSIVE
+// on RepositoryLockOwner) until the caller's transaction q ends, and fails
+// with ErrRulesChanged when the stored rules are no longer those of
+// generation gen: the first statement of a transaction that moves or
+// creates locks under rules it loaded before.
+func (s *Service) GuardRules(ctx context.Context, q database.Querier, gen int64) (err error) {
+	defer repolock.WrapOp(&err, "locks.GuardRules")
+	if _, err := q.ExecContext(ctx, `LOCK TABLE RepositoryLockOwner IN ROW EXCLUSIVE MODE`); err != nil {
+		return database.MapError(err)
+	}
+	var ok bool
+	if err := q.GetContext(ctx, &ok, `SELECT repolock_rules_guard($1)`, gen); err != nil {
+		return mapAcquireError(err)
+	}
+	return nil
+}
+
+func keyArray(ks []normalize.Key) pq.StringArray {
+	out := make(pq.StringArray, len(ks))
+	for i, k := range ks {
+		out[i] = string(k)
+	}
+	return out
+}

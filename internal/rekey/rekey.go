@@ -35,7 +35,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 
 	"github.com/lib/pq"
 
@@ -47,7 +46,7 @@ import (
 
 // DefaultBatchSize and MaxBatchSize bound Options.BatchSize.
 const (
-	DefaultBatchSize = 500
+	DefaultBatchSize = 2000
 	MaxBatchSize     = 10000
 )
 
@@ -55,9 +54,13 @@ const (
 type Options struct {
 	// DryRun computes the report and writes nothing.
 	DryRun bool
-	// BatchSize is the number of stale locks read per query (default 500).
+	// BatchSize is the number of stale locks moved per transaction
+	// (default DefaultBatchSize).
 	BatchSize int
 	Logger    *slog.Logger
+	// Progress, when set, is called after each batch with the report so
+	// far (the CLI prints it).
+	Progress func(Report)
 }
 
 // Report is the outcome of a run (the JSON of `api rekey` and POST
@@ -138,17 +141,19 @@ const advisoryKey = 7_261_004_617
 // Service re-keys locks and manages the configured aliases. cmd/api builds
 // one with New.
 type Service struct {
-	db    *database.DB
-	locks *locks.Service
+	db      *database.DB
+	locks   *locks.Service
+	metrics *Metrics
 }
 
-// New returns the service on db, moving locks through locks. Both are
-// required: a missing one is a wiring error and panics at start-up.
-func New(db *database.DB, locks *locks.Service) *Service {
-	if db == nil || locks == nil {
-		panic("rekey.New: a pool and the locks service are required")
+// New returns the service on db, moving locks through locks and counting
+// them on metrics. All three are required: a missing one is a wiring error
+// and panics at start-up.
+func New(db *database.DB, locks *locks.Service, metrics *Metrics) *Service {
+	if db == nil || locks == nil || metrics == nil {
+		panic("rekey.New: a pool, the locks service and the metrics are required")
 	}
-	return &Service{db: db, locks: locks}
+	return &Service{db: db, locks: locks, metrics: metrics}
 }
 
 // Run re-keys every stale lock under the rules of k (LoadKeying: the
@@ -195,7 +200,7 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 		}
 		n = k.Current
 	}
-	r := &runner{db: db, locks: s.locks, keying: k, n: n, opts: opts, targets: map[normalize.Key][]claim{}, dryCreated: map[normalize.Key]bool{}}
+	r := &runner{db: db, locks: s.locks, keying: k, n: n, opts: opts, metrics: s.metrics, mover: newMover(s.locks, k, opts.DryRun, false)}
 	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: n.Version(), NormalizerRules: "",
 		Conflicts: []Problem{}, Rejected: []Problem{}}
 	if err := r.planPass(ctx); err != nil {
@@ -216,16 +221,15 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 }
 
 type runner struct {
+	metrics *Metrics
 	db      *database.DB
 	locks   *locks.Service
 	keying  *locks.Keying
 	n       *normalize.Normalizer
 	opts    Options
 	report  Report
-	targets map[normalize.Key][]claim // new key -> first claim of each tenant
-	// dryCreated are the keys a dry run would create a lock on.
-	dryCreated map[normalize.Key]bool
-	found      []Problem // problems recorded by this run (for resolve)
+	mover   *mover
+	found   []Problem // problems recorded by this run (for resolve)
 }
 
 // scan calls fn for each batch of stale locks, in id order.
@@ -246,105 +250,112 @@ func (r *runner) scan(ctx context.Context, fn func([]locks.Stale) error) error {
 	}
 }
 
+// planPass reads every stale lock's references (no row locks) and notes
+// which tenants' locks move to which new keys, so that two tenants' locks
+// moving to one key are both conflicts, whichever comes first.
 func (r *runner) planPass(ctx context.Context) error {
 	return r.scan(ctx, func(batch []locks.Stale) error {
 		ids := make([]string, len(batch))
-		byID := make(map[string]locks.Stale, len(batch))
 		for i, l := range batch {
-			ids[i], byID[l.ID] = l.ID, l
+			ids[i] = l.ID
 		}
 		var refs []ref
 		if err := r.db.SelectContext(ctx, &refs, refsSQL, pq.Array(ids)); err != nil {
 			return database.MapError(err)
 		}
+		byLock := map[string][]ref{}
 		for _, f := range refs {
-			key, err := r.n.RepoURL(f.RepoURL)
-			if err != nil {
-				continue // reported by the apply pass
-			}
-			r.claim(key, claim{lock: byID[f.LockID], ref: f})
+			byLock[f.LockID] = append(byLock[f.LockID], f)
 		}
+		srcs := make([]source, len(batch))
+		for i, l := range batch {
+			srcs[i] = source{Stale: l, refs: byLock[l.ID]}
+		}
+		r.mover.plan(srcs)
 		return nil
 	})
 }
 
-// claim notes c's claim of key, once per tenant.
-func (r *runner) claim(key normalize.Key, c claim) {
-	for _, o := range r.targets[key] {
-		if o.lock.TenantID == c.lock.TenantID {
-			return
-		}
-	}
-	r.targets[key] = append(r.targets[key], c)
-}
+// maxBatchAttempts bounds the re-planning of one batch (a new key taken by
+// another tenant between the plan and the move).
+const maxBatchAttempts = 4
 
-// otherClaim returns a claim of key by another tenant than tenantID.
-func (r *runner) otherClaim(key normalize.Key, tenantID string) (claim, bool) {
-	for _, o := range r.targets[key] {
-		if o.lock.TenantID != tenantID {
-			return o, true
-		}
-	}
-	return claim{}, false
-}
-
+// applyPass moves the stale locks, one transaction per batch: it holds off
+// rules changes and checks that the rules it keys under are still the
+// stored ones (GuardRules), locks the batch's reference rows and locks,
+// and applies the mover's decisions with a few statements.
 func (r *runner) applyPass(ctx context.Context) error {
 	return r.scan(ctx, func(batch []locks.Stale) error {
-		r.report.Batches++
-		r.report.StaleLocks += len(batch)
-		for _, l := range batch {
-			if err := r.apply(ctx, l); err != nil {
+		ids := make([]string, len(batch))
+		for i, l := range batch {
+			ids[i] = l.ID
+		}
+		var (
+			c     counts
+			found int
+			err   error
+		)
+		for range maxBatchAttempts {
+			err = r.db.WithTx(ctx, func(tx database.Tx) error {
+				if err := r.locks.GuardRules(ctx, tx, r.keying.Generation); err != nil {
+					return err
+				}
+				srcs, err := loadSources(ctx, tx, ids, lockSourcesSQL, pq.Array(ids), r.n.Version())
+				if err != nil {
+					return err
+				}
+				found = len(srcs)
+				c, err = r.mover.apply(ctx, tx, srcs)
+				if err == nil && r.opts.DryRun {
+					return errDryRun
+				}
 				return err
+			})
+			if errors.Is(err, errDryRun) {
+				err = nil
+			}
+			if !errors.Is(err, errReplan) && !isUniqueViolation(err) {
+				break
 			}
 		}
-		return nil
-	})
-}
-
-// outcome of one lock.
-type outcome struct {
-	gone, unreferenced bool
-	problems           []Problem
-	moved              int
-	created, released  int
-}
-
-// errStays rolls a lock's transaction back when it stays stale.
-var errStays = errors.New("rekey: lock stays stale")
-
-func (r *runner) apply(ctx context.Context, l locks.Stale) error {
-	var out outcome
-	err := r.db.WithTx(ctx, func(tx database.Tx) error {
-		out = outcome{}
-		return r.applyTx(ctx, tx, l.ID, &out)
-	})
-	if err != nil && !errors.Is(err, errStays) {
-		return err
-	}
-	switch {
-	case out.gone:
-		r.report.StaleLocks-- // re-keyed or released meanwhile
-	case out.unreferenced:
-		r.report.Unreferenced++
-	case len(out.problems) > 0:
-		for _, p := range out.problems {
+		if err != nil {
+			return err
+		}
+		r.report.Batches++
+		r.report.StaleLocks += found
+		r.report.Unreferenced += c.unreferenced
+		r.report.Rekeyed += c.rekeyed
+		r.report.MovedReferences += c.moved
+		r.report.CreatedLocks += c.created
+		r.report.ReleasedLocks += c.released
+		for _, p := range c.problems {
 			if p.Kind == "conflict" {
 				r.report.Conflicts = append(r.report.Conflicts, p)
 			} else {
 				r.report.Rejected = append(r.report.Rejected, p)
 			}
 		}
-		r.found = append(r.found, out.problems...)
-		if !r.opts.DryRun {
-			return r.record(ctx, out.problems)
+		r.found = append(r.found, c.problems...)
+		if !r.opts.DryRun && len(c.problems) > 0 {
+			if err := r.record(ctx, c.problems); err != nil {
+				return err
+			}
 		}
-	default:
-		r.report.Rekeyed++
-		r.report.MovedReferences += out.moved
-		r.report.CreatedLocks += out.created
-		r.report.ReleasedLocks += out.released
-	}
-	return nil
+		if r.opts.Progress != nil {
+			r.opts.Progress(r.report)
+		}
+		if r.metrics != nil && !r.opts.DryRun {
+			r.metrics.rekeyed.WithLabelValues("version").Add(float64(c.rekeyed))
+		}
+		return nil
+	})
+}
+
+// errDryRun rolls a dry run's batch back.
+var errDryRun = errors.New("rekey: dry run")
+
+func isUniqueViolation(err error) bool {
+	return database.PQCode(err) == database.CodeUniqueViolation
 }
 
 // lockRowsSQL takes the row locks internal/apps takes before changing a
@@ -354,141 +365,6 @@ SELECT id FROM applications WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
 
 const lockCredRowsSQL = `
 SELECT id FROM repository_credentials WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
-
-func (r *runner) applyTx(ctx context.Context, tx database.Tx, lockID string, out *outcome) error {
-	// Rows first, then the lock: the order internal/apps uses (row lock,
-	// then Release's FOR UPDATE on the lock), so the two do not deadlock.
-	var refs []ref
-	if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array([]string{lockID})); err != nil {
-		return database.MapError(err)
-	}
-	locked := map[string]bool{}
-	if err := lockRows(ctx, tx, refs, locked); err != nil {
-		return err
-	}
-	l, ok, err := r.locks.LockStale(ctx, tx, r.n, lockID)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		out.gone = true
-		return nil
-	}
-	// Re-read under the locks; a reference added before the lock was
-	// taken has a row not locked yet: lock it too (a deadlock with an
-	// update in flight is retried by Transact).
-	for {
-		refs = nil
-		if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array([]string{lockID})); err != nil {
-			return database.MapError(err)
-		}
-		if !slices.ContainsFunc(refs, func(f ref) bool { return !locked[f.ID] }) {
-			break
-		}
-		if err := lockRows(ctx, tx, refs, locked); err != nil {
-			return err
-		}
-	}
-	if len(refs) == 0 {
-		out.unreferenced = true
-		return nil
-	}
-	keys := make([]normalize.Key, len(refs))
-	for i, f := range refs {
-		k, err := r.n.RepoURL(f.RepoURL)
-		if err != nil {
-			out.problems = append(out.problems, problem("rejected", l, f, "", repolock.ErrorMessage(err)))
-			continue
-		}
-		keys[i] = k
-		if c, ok := r.otherClaim(keys[i], l.TenantID); ok {
-			p := problem("conflict", l, f, keys[i], "another tenant's lock re-keys to the same key")
-			p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant, p.OtherRepoURL = c.lock.ID, c.lock.Key, c.lock.TenantID, c.lock.TenantName, c.ref.RepoURL
-			out.problems = append(out.problems, p)
-		}
-	}
-	if len(out.problems) > 0 {
-		return errStays
-	}
-	// Targets: every new key other than the lock's own.
-	targets := map[normalize.Key]string{} // key -> lock id
-	for i, k := range keys {
-		if k == l.Key || targets[k] != "" {
-			continue
-		}
-		if r.opts.DryRun {
-			id, ownerID, owner, ok, err := r.locks.OwnerOfKey(ctx, tx, k)
-			if err != nil {
-				return err
-			}
-			switch {
-			case ok && ownerID != l.TenantID:
-				out.problems = append(out.problems, r.liveConflict(ctx, tx, l, refs[i], k, id, ownerID, owner))
-			case !ok:
-				if !r.dryCreated[k] {
-					r.dryCreated[k] = true
-					out.created++
-				}
-				targets[k] = "new"
-			default:
-				targets[k] = id
-			}
-			continue
-		}
-		t, err := r.locks.AcquireForRekey(ctx, tx, r.keying, l.TenantID, k)
-		if err != nil {
-			return err
-		}
-		if t.LockID == "" {
-			out.problems = append(out.problems, r.liveConflict(ctx, tx, l, refs[i], k, t.OwnerLockID, t.OwnerID, t.OwnerName))
-			continue
-		}
-		if t.Created {
-			out.created++
-		}
-		targets[k] = t.LockID
-	}
-	if len(out.problems) > 0 {
-		out.created = 0
-		return errStays
-	}
-	stays := 0
-	for i, f := range refs {
-		if keys[i] == l.Key {
-			stays++
-			continue
-		}
-		out.moved++
-		if r.opts.DryRun {
-			continue
-		}
-		if err := moveRef(ctx, tx, f, targets[keys[i]], keys[i]); err != nil {
-			return err
-		}
-	}
-	if r.opts.DryRun {
-		if stays == 0 {
-			out.released++
-		}
-		return errStays // roll back: a dry run writes nothing
-	}
-	for k, id := range targets {
-		if err := r.locks.RecordRekeyed(ctx, tx, id, k, l.Key, l.TenantID); err != nil {
-			return err
-		}
-	}
-	if stays > 0 {
-		return r.locks.MarkCurrent(ctx, tx, r.n, l.ID)
-	}
-	released, err := r.locks.Release(ctx, tx, l.ID)
-	if err != nil {
-		return err
-	}
-	if released {
-		out.released++
-	}
-	return nil
-}
 
 func lockRows(ctx context.Context, tx database.Tx, refs []ref, locked map[string]bool) error {
 	var apps, creds []string
@@ -532,17 +408,6 @@ func moveRef(ctx context.Context, tx database.Tx, f ref, lockID string, key norm
 func problem(kind string, l locks.Stale, f ref, newKey normalize.Key, reason string) Problem {
 	return Problem{Kind: kind, LockID: l.ID, OldKey: l.Key, TenantID: l.TenantID, TenantName: l.TenantName,
 		RefKind: f.Kind, RefID: f.ID, RepoURL: f.RepoURL, NewKey: newKey, Reason: reason}
-}
-
-// liveConflict is the problem of a new key another tenant holds now.
-func (r *runner) liveConflict(ctx context.Context, tx database.Tx, l locks.Stale, f ref, key normalize.Key, otherLock, otherID, otherName string) Problem {
-	p := problem("conflict", l, f, key, "another tenant holds the new key")
-	p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant = otherLock, key, otherID, otherName
-	var other []ref
-	if err := tx.SelectContext(ctx, &other, refsSQL, pq.Array([]string{otherLock})); err == nil && len(other) > 0 {
-		p.OtherRepoURL = other[0].RepoURL
-	}
-	return p
 }
 
 // record stores problems as open rows of rekey_conflicts; a problem already

@@ -40,6 +40,10 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 	if err != nil {
 		tb.Fatal(err)
 	}
+	rm, err := rekey.NewMetrics(reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	ts := tenants.New(db, nil)
 	ls := locks.New(db, aliases)
 	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger, TenantExists: ts.Exists})
@@ -55,7 +59,7 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 		Tenants:      ts,
 		Locks:        ls,
 		Apps:         apps.New(db, ls),
-		Rekey:        rekey.New(db, ls),
+		Rekey:        rekey.New(db, ls, rm),
 		Aliases:      aliases,
 		Reports:      reports.New(db),
 	}
