@@ -88,7 +88,7 @@ SELECT o.id, o.cluster_user_id, u.name
 FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 WHERE o.git_repository_url = $1 AND o.cluster_user_id <> $2`
 
-// AcquireForRekey is AcquireRepositoryCredentialURL for re-keying, under
+// AcquireForRekey is AcquireTx for re-keying, under
 // n's rules: it creates the tenant's lock on key (with its "acquired"
 // event, so that acquired and released events of a key still alternate; the
 // move itself is recorded by RecordRekeyed) or takes FOR KEY SHARE on the
