@@ -37,6 +37,10 @@ type Keying struct {
 	Shadows    []*normalize.Normalizer
 	Generation int64
 	Refuse     error
+	// Unchecked are older rules versions of stored locks that no shadow
+	// covers (this binary cannot key under them; `api rekey` moves those
+	// locks).
+	Unchecked []int
 }
 
 // Rules is where the locks service gets its Keying: in serve and the

@@ -3,7 +3,6 @@ package rekey
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -77,6 +76,10 @@ func (s *Source) Reload(ctx context.Context) error {
 		return err
 	}
 	if old := s.current.Swap(k); old.Generation != k.Generation {
+		if len(k.Unchecked) > 0 {
+			s.logger.Warn("locks keyed under rules versions this binary cannot key under are stored: claims cannot check their old keys until `api rekey` moves them",
+				"versions", k.Unchecked)
+		}
 		s.logger.Info("keying rules loaded", "generation", k.Generation, "version", k.Current.Version(),
 			"aliases", len(k.Current.Rules().Aliases), "shadow_versions", len(k.Shadows), "refusing", k.Refuse != nil)
 	}
@@ -168,7 +171,11 @@ func loadKeying(ctx context.Context, db *database.DB, current int, next func(*no
 		}
 		n, err := rulesFor(v, aliases, base)
 		if err != nil {
-			return nil, fmt.Errorf("locks keyed under rules version %d are stored, which this binary cannot key under: %w", v, err)
+			// A version older than this binary can key under (rules v1):
+			// its keys cannot be computed, so claims cannot check them.
+			// Reload logs it; `api rekey` moves those locks.
+			k.Unchecked = append(k.Unchecked, v)
+			continue
 		}
 		k.Shadows = append(k.Shadows, n)
 	}
