@@ -43,13 +43,27 @@ import (
 //     collects the same number of locks at both sizes; and one run with
 //     nothing to collect (the floor);
 //   - disk size per table and index;
-//   - migration 000013 (the GC candidate flag) applied to the full table:
-//     migrate down 1, then the time of migrate up.
+//   - rules changes (issue 24): the locks are keyed under rules version 1,
+//     1% of them on the host gitlab-ssh.scale.example and 1% under a key
+//     their URL no longer has; `api alias add gitlab-ssh.scale.example
+//     gitlab.scale.example` re-keys the first 1% (target: 30 s or less at
+//     10M), then `api rekey` checks every lock and moves the other 1%
+//     (target: 10 minutes or less at 10M);
+//   - the latest migration applied to the full table: migrate down 1, then
+//     the time of migrate up.
 //
 // Targets (printed, not asserted): acquire p99 at the large size within
 // 1.5x of the small; GC time proportional to the unreferenced locks, not to
 // the table: the same number of unreferenced locks takes the same time at
 // both sizes.
+// scaleKey and scaleURL are the key and the URL of lock g in SQL ($3 the
+// number of tenants): 1% on gitlab-ssh.scale.example (an alias moves
+// them), 1% under a key their URL no longer has (api rekey moves them).
+const (
+	scaleKey = `CASE WHEN g % 100 = 37 THEN 'gitlab-ssh.scale.example' ELSE 'github.com' END || '/scale-' || (g % $3) || '/repo-' || g || CASE WHEN g % 100 = 51 THEN '.legacy' ELSE '' END`
+	scaleURL = `CASE WHEN g % 100 = 37 THEN 'ssh://git@gitlab-ssh.scale.example' ELSE 'https://github.com' END || '/scale-' || (g % $3) || '/repo-' || g`
+)
+
 func BenchmarkScale(b *testing.B) {
 	small := envIntOr("SCALE_SMALL", 100_000)
 	large := envIntOr("SCALE_LOCKS", 10_000_000)
@@ -88,9 +102,16 @@ func BenchmarkScale(b *testing.B) {
 	row(fmt.Sprintf("DELETE %s applications (triggers)", fmtCount(s.fixed)), s.unrefTime.Seconds(), l.unrefTime.Seconds(), "s ")
 	gcRows(fmt.Sprintf("GC of %s unreferenced", fmtCount(s.fixed)), s.gcFixed, l.gcFixed)
 	gcRows("GC with nothing to collect", s.gcIdle, l.gcIdle)
-	row("migrate up 000013 (whole table)", s.migrateTime.Seconds(), l.migrateTime.Seconds(), "s ")
+	row("api alias add (1% of the locks on its host)", s.aliasTime.Seconds(), l.aliasTime.Seconds(), "s ")
+	row("  locks it re-keyed", float64(s.aliasRekeyed), float64(l.aliasRekeyed), "  ")
+	row("api rekey (every lock stale, 1% moving)", s.rekeyTime.Seconds(), l.rekeyTime.Seconds(), "s ")
+	row("  locks checked per second", float64(s.rekeyChecked)/s.rekeyTime.Seconds(), float64(l.rekeyChecked)/l.rekeyTime.Seconds(), "/s")
+	row("  references moved to another key", float64(s.rekeyMoved), float64(l.rekeyMoved), "  ")
+	row("migrate up, latest migration (whole table)", s.migrateTime.Seconds(), l.migrateTime.Seconds(), "s ")
 	row("data generation", s.loadTime.Seconds(), l.loadTime.Seconds(), "s ")
 	fmt.Fprintf(&out, "\ntarget: acquire p99 at %s within 1.5x of at %s: %.2fx\n", fmtCount(l.locks), fmtCount(s.locks), ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99))
+	fmt.Fprintf(&out, "target: api alias add on the host of 1%% of %s locks in 30 s or less: %.1f s\n", fmtCount(l.locks), l.aliasTime.Seconds())
+	fmt.Fprintf(&out, "target: api rekey of %s locks (1%% moving) in 10 minutes or less: %.1f min\n", fmtCount(l.locks), l.rekeyTime.Minutes())
 	fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks, not to the table size:\n")
 	fmt.Fprintf(&out, "  the same %s unreferenced locks in a %.0fx larger table took %.2fx the time\n",
 		fmtCount(l.fixed), float64(l.locks)/float64(s.locks), l.gcFixed.time.Seconds()/s.gcFixed.time.Seconds())
@@ -127,6 +148,9 @@ type scaleResult struct {
 	ops                                 map[string]opStats
 	gcPercent, gcAfter, gcFixed, gcIdle gcStats
 	vacuumTime, unrefTime, migrateTime  time.Duration
+	aliasTime, rekeyTime                time.Duration
+	aliasRekeyed, rekeyChecked          int
+	rekeyMoved                          int
 	loadTime                            time.Duration
 	sizes, plan                         string
 }
@@ -218,11 +242,11 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 	for lo := 0; lo < locks; lo += chunk {
 		hi := min(lo+chunk, locks)
 		exec(`INSERT INTO RepositoryLockOwner (id, git_repository_url, normalizer_version, cluster_user_id, created_at, gc_candidate)
-			SELECT md5('lock' || g)::uuid, 'github.com/scale-' || (g % $3) || '/repo-' || g, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond',
+			SELECT md5('lock' || g)::uuid, `+scaleKey+`, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond',
 			       g % 100 = 0
 			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3`, lo, hi, tenants)
 		exec(`INSERT INTO applications (id, cluster_user_id, name, repo_url, normalized_url)
-			SELECT md5('app' || g)::uuid, t.id, 'app-' || g, 'https://github.com/scale-' || (g % $3) || '/repo-' || g, 'github.com/scale-' || (g % $3) || '/repo-' || g
+			SELECT md5('app' || g)::uuid, t.id, 'app-' || g, `+scaleURL+`, `+scaleKey+`
 			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3
 			WHERE g % 100 <> 0 AND g % 2 = 1`, lo, hi, tenants)
 		exec(`INSERT INTO RepositoryLockApplication (application_id, lock_id)
@@ -400,8 +424,40 @@ ORDER BY pg_total_relation_size(c.oid) DESC`)
 	progress("load %s\n%s", r.loadTime.Round(time.Second), r.sizes)
 	s.stop(b)
 
-	// Migration 000013 on the whole table, as an upgrade would run it: it
-	// holds RepositoryLockOwner exclusively for its duration.
+	// Rules changes through the CLI, as an operator runs them: an alias on
+	// the host of 1% of the locks (re-keyed in its transaction), then a
+	// re-key of every lock (all keyed under rules version 1).
+	start = time.Now()
+	out, errOut, code := runCLIWith(b, dbURL, time.Hour, "alias", "add", "gitlab-ssh.scale.example", "gitlab.scale.example")
+	r.aliasTime = time.Since(start)
+	if code != 0 {
+		b.Fatalf("alias add: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var ch struct {
+		Rekeyed int `json:"rekeyed_locks"`
+	}
+	if err := json.Unmarshal([]byte(out), &ch); err != nil {
+		b.Fatalf("alias add: %v\n%s", err, out)
+	}
+	r.aliasRekeyed = ch.Rekeyed
+	progress("api alias add in %s: %d locks re-keyed", r.aliasTime.Round(time.Millisecond), ch.Rekeyed)
+	start = time.Now()
+	out, errOut, code = runCLIWith(b, dbURL, 3*time.Hour, "rekey", "--quiet")
+	r.rekeyTime = time.Since(start)
+	if code != 0 {
+		b.Fatalf("rekey: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var rep struct {
+		Stale int `json:"stale_locks"`
+		Moved int `json:"moved_references"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		b.Fatalf("rekey: %v\n%s", err, out)
+	}
+	r.rekeyChecked, r.rekeyMoved = rep.Stale, rep.Moved
+	progress("api rekey in %s: %d locks checked, %d references moved", r.rekeyTime.Round(time.Millisecond), rep.Stale, rep.Moved)
+
+	// The latest migration on the whole table, as an upgrade would run it.
 	if out, errOut, code := runCLIWith(b, dbURL, time.Hour, "migrate", "down", "1"); code != 0 {
 		b.Fatalf("migrate down 1: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -417,7 +473,7 @@ ORDER BY pg_total_relation_size(c.oid) DESC`)
 	if unflagged != 0 {
 		b.Errorf("after migrate up: %d unreferenced locks without the flag", unflagged)
 	}
-	progress("migrate up 000013 in %s (%d candidates: the bench's fresh acquires)", r.migrateTime.Round(time.Millisecond), flagged)
+	progress("migrate up (latest) in %s (%d candidates: the bench's fresh acquires)", r.migrateTime.Round(time.Millisecond), flagged)
 	return r
 }
 
