@@ -249,13 +249,13 @@ func (s *Service) changeAliases(ctx context.Context, dryRun bool, action string,
 			WHERE split_part(git_repository_url, '/', 1) = $1 ORDER BY id`, ch.Endpoint); err != nil {
 			return database.MapError(err)
 		}
-		srcs, err := loadSources(ctx, tx, ids, endpointLocksSQL, pq.Array(ids))
+		m := newMover(s.locks, &locks.Keying{Current: n, Generation: gen}, dryRun, true)
+		srcs, err := m.load(ctx, tx, endpointLocksSQL, pq.Array(ids))
 		if err != nil {
 			return err
 		}
 		srcs = slices.DeleteFunc(srcs, func(src source) bool { return !underEndpoint(src.Key, ep) })
 		ch.ExaminedLocks = len(srcs)
-		m := newMover(s.locks, &locks.Keying{Current: n, Generation: gen}, dryRun, true)
 		m.plan(srcs)
 		c, err := m.apply(ctx, tx, srcs)
 		if err != nil {

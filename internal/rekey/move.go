@@ -374,28 +374,40 @@ func containsKey(ks []normalize.Key, k normalize.Key) bool {
 }
 
 // lockSourcesSQL takes FOR UPDATE on the locks $1 that are still stale
-// under rules version $2 (every acquirer holding FOR KEY SHARE on one is
+// under rules version $2 (locks.StaleSQL) (every acquirer holding FOR KEY SHARE on one is
 // waited for), in id order.
 const lockSourcesSQL = `
 SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
 FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-WHERE o.id = ANY ($1::uuid[]) AND ` + locks.StaleSQL + `
+WHERE o.id = ANY ($1::uuid[]) AND o.normalizer_version < $2
 ORDER BY o.id
 FOR UPDATE OF o`
 
-// loadSources locks the rows referencing the locks ids, then the locks
-// (those still matching cond, run by lockQuery with args), then re-reads
-// their references and locks any row that appeared meanwhile: the order
-// internal/apps takes its locks in (row, then lock).
-func loadSources(ctx context.Context, tx database.Tx, ids []string, lockQuery string, args ...any) ([]source, error) {
-	var refs []ref
-	if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array(ids)); err != nil {
-		return nil, database.MapError(err)
+// mayMove reports whether some reference of src keys elsewhere under the
+// mover's rules (or, when bare, its unreferenced key does).
+func (m *mover) mayMove(src source) bool {
+	for _, f := range src.refs {
+		if key, err := m.n.RepoURL(f.RepoURL); err != nil || key != src.Key {
+			return true
+		}
 	}
-	locked := map[string]bool{}
-	if err := lockRows(ctx, tx, refs, locked); err != nil {
-		return nil, err
+	if m.bare && len(src.refs) == 0 {
+		key, err := m.n.ParseKey(string(src.Key))
+		return err == nil && key != src.Key
 	}
+	return false
+}
+
+// load takes FOR UPDATE on the locks that lockQuery (with args) selects
+// (every acquirer holding FOR KEY SHARE on one is waited for, and no new
+// reference to them can be written until the transaction ends) and reads
+// their references. The locks whose references may move get their
+// reference rows locked too (FOR UPDATE, in id order: the row lock
+// internal/apps takes before changing a reference) and those references
+// read again, so that a concurrent update or delete of an Application or
+// Credential is either seen or waits. The locks whose references all keep
+// their key need no row locks: marking them current changes no reference.
+func (m *mover) load(ctx context.Context, tx database.Tx, lockQuery string, args ...any) ([]source, error) {
 	var ls []locks.Stale
 	if err := tx.SelectContext(ctx, &ls, lockQuery, args...); err != nil {
 		return nil, database.MapError(err)
@@ -403,16 +415,45 @@ func loadSources(ctx context.Context, tx database.Tx, ids []string, lockQuery st
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	held := make([]string, len(ls))
-	for i, l := range ls {
-		held[i] = l.ID
-	}
-	refs = refs[:0]
-	if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array(held)); err != nil {
-		return nil, database.MapError(err)
-	}
-	if err := lockRows(ctx, tx, refs, locked); err != nil {
+	srcs, err := withRefs(ctx, tx, ls)
+	if err != nil {
 		return nil, err
+	}
+	var moving []locks.Stale
+	var movingRefs []ref
+	at := map[string]int{}
+	for i, s := range srcs {
+		if m.mayMove(s) {
+			moving = append(moving, s.Stale)
+			movingRefs = append(movingRefs, s.refs...)
+			at[s.ID] = i
+		}
+	}
+	if len(moving) == 0 {
+		return srcs, nil
+	}
+	if err := lockRows(ctx, tx, movingRefs, map[string]bool{}); err != nil {
+		return nil, err
+	}
+	again, err := withRefs(ctx, tx, moving)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range again {
+		srcs[at[s.ID]] = s
+	}
+	return srcs, nil
+}
+
+// withRefs reads the references of the locks ls.
+func withRefs(ctx context.Context, tx database.Tx, ls []locks.Stale) ([]source, error) {
+	ids := make([]string, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	var refs []ref
+	if err := tx.SelectContext(ctx, &refs, refsSQL, pq.Array(ids)); err != nil {
+		return nil, database.MapError(err)
 	}
 	byLock := map[string][]ref{}
 	for _, f := range refs {

@@ -300,7 +300,7 @@ func (r *runner) applyPass(ctx context.Context) error {
 				if err := r.locks.GuardRules(ctx, tx, r.keying.Generation); err != nil {
 					return err
 				}
-				srcs, err := loadSources(ctx, tx, ids, lockSourcesSQL, pq.Array(ids), r.n.Version())
+				srcs, err := r.mover.load(ctx, tx, lockSourcesSQL, pq.Array(ids), r.n.Version())
 				if err != nil {
 					return err
 				}
