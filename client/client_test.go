@@ -275,14 +275,19 @@ func TestOperations(t *testing.T) {
 		t.Errorf("GetReport(nope): %v, want 404 with valid_names", err)
 	}
 
-	// Configured aliases and re-keying. Adding an alias changes the rule
-	// fingerprint, so alice's one lock is re-checked (its key stays).
+	// Configured aliases and re-keying. An alias change re-keys the locks
+	// on its endpoint itself (alice's one lock is on github.com: not
+	// examined), so no lock is stale afterwards and a run finds nothing.
 	if got := must(e.admin.ListAliases(ctx))(t); len(got) != 0 {
 		t.Errorf("ListAliases = %+v, want none", got)
 	}
 	alias := must(e.admin.CreateAlias(ctx, client.CreateAliasRequest{From: "GitLab.example.com+2222", To: "gitlab.example.com"}))(t)
-	if alias.From != "gitlab.example.com+2222" || alias.To != "gitlab.example.com" {
+	if alias.From != "gitlab.example.com+2222" || alias.To != "gitlab.example.com" || alias.ID == "" {
 		t.Errorf("CreateAlias = %+v, want canonical endpoints", alias)
+	}
+	if ch := alias.Change; ch.DryRun || ch.Action != "add" || ch.Alias != alias.Alias || ch.Endpoint != "gitlab.example.com+2222" ||
+		ch.ExaminedLocks != 0 || ch.RekeyedLocks != 0 || len(ch.Conflicts) != 0 || len(ch.Rejected) != 0 {
+		t.Errorf("CreateAlias change = %+v", ch)
 	}
 	if _, err := e.admin.CreateAlias(ctx, client.CreateAliasRequest{From: "gitlab.example.com+2222", To: "x.example"}); !client.IsAlreadyExists(err) {
 		t.Errorf("CreateAlias of the same From: %v, want already_exists", err)
@@ -294,15 +299,18 @@ func TestOperations(t *testing.T) {
 		t.Errorf("Normalize under the alias = %+v", got)
 	}
 	dryRekey := must(e.admin.RunRekey(ctx, client.RekeyOptions{DryRun: true}))(t)
-	if !dryRekey.DryRun || dryRekey.StaleLocks != 1 || dryRekey.RekeyedLocks != 1 || dryRekey.MovedReferences != 0 {
-		t.Errorf("RunRekey dry run = %+v", dryRekey)
+	if !dryRekey.DryRun || dryRekey.StaleLocks != 0 || dryRekey.RekeyedLocks != 0 || dryRekey.NormalizerRules != "" {
+		t.Errorf("RunRekey dry run = %+v, want nothing stale", dryRekey)
 	}
-	rekeyed := must(e.admin.RunRekey(ctx, client.RekeyOptions{BatchSize: 10}))(t)
-	if rekeyed.StaleLocks != 1 || rekeyed.RekeyedLocks != 1 || rekeyed.NormalizerRules == "" || len(rekeyed.Conflicts) != 0 {
-		t.Errorf("RunRekey = %+v", rekeyed)
+	if rekeyed := must(e.admin.RunRekey(ctx, client.RekeyOptions{BatchSize: 10}))(t); rekeyed.DryRun || rekeyed.StaleLocks != 0 || len(rekeyed.Conflicts) != 0 {
+		t.Errorf("RunRekey = %+v, want nothing stale", rekeyed)
 	}
-	if again := must(e.admin.RunRekey(ctx, client.RekeyOptions{}))(t); again.StaleLocks != 0 {
-		t.Errorf("second RunRekey = %+v, want nothing stale", again)
+	plan := must(e.admin.PlanDeleteAlias(ctx, alias.ID))(t)
+	if !plan.DryRun || plan.Action != "remove" || plan.Alias.ID != alias.ID || plan.Endpoint != "gitlab.example.com" || plan.ExaminedLocks != 0 {
+		t.Errorf("PlanDeleteAlias = %+v", plan)
+	}
+	if got := must(e.admin.ListAliases(ctx))(t); len(got) != 1 {
+		t.Errorf("ListAliases after a planned removal = %+v, want the alias", got)
 	}
 	if err := e.admin.DeleteAlias(ctx, alias.ID); err != nil {
 		t.Fatal(err)
@@ -490,5 +498,120 @@ func TestEmptyLists(t *testing.T) {
 		if n, err := list(); err != nil || n != 0 {
 			t.Errorf("%s: %d items, %v; want none", name, n, err)
 		}
+	}
+}
+
+// TestAliasChanges: an alias change is a re-key applied as one operation,
+// planned with a dry run, and refused with alias_conflict (every conflict
+// reachable from *client.Error, nothing changed) when it would give a
+// repository two owners.
+func TestAliasChanges(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	alice, bob := e.tenant("alice"), e.tenant("bob")
+	const (
+		sshURL   = "ssh://git@gitlab.example.com:2222/g/r.git"
+		httpsURL = "https://gitlab.example.com/g/r"
+		oldKey   = "gitlab.example.com+2222/g/r"
+		newKey   = "gitlab.example.com/g/r"
+	)
+	req := client.CreateAliasRequest{From: "gitlab.example.com+2222", To: "gitlab.example.com"}
+	web := must(alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "web", RepoURL: sshURL}))(t)
+	if web.NormalizedURL != oldKey {
+		t.Fatalf("alice's application = %+v, want %s", web, oldKey)
+	}
+
+	// The plan: alice's lock would move; nothing changes.
+	plan := must(e.admin.PlanCreateAlias(ctx, req))(t)
+	if !plan.DryRun || plan.Action != "add" || plan.Alias.ID != "" || plan.Alias.From != req.From || plan.Alias.To != req.To ||
+		plan.Endpoint != "gitlab.example.com+2222" || plan.ExaminedLocks != 1 || plan.RekeyedLocks != 1 ||
+		len(plan.Conflicts) != 0 || len(plan.Rejected) != 0 {
+		t.Errorf("PlanCreateAlias = %+v", plan)
+	}
+	if got := must(e.admin.ListAliases(ctx))(t); len(got) != 0 {
+		t.Fatalf("ListAliases after a plan = %+v, want none", got)
+	}
+	if got := must(alice.GetApplication(ctx, web.ID))(t); got.NormalizedURL != oldKey {
+		t.Fatalf("alice's application after a plan = %+v, want %s", got, oldKey)
+	}
+
+	// bob holds the alias target's spelling of the same repository: the
+	// change (and its plan) is refused, every conflict named, nothing
+	// changed.
+	bobs := must(bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "mirror", RepoURL: httpsURL}))(t)
+	for name, call := range map[string]func() error{
+		"PlanCreateAlias": func() error { _, err := e.admin.PlanCreateAlias(ctx, req); return err },
+		"CreateAlias":     func() error { _, err := e.admin.CreateAlias(ctx, req); return err },
+	} {
+		err := call()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.StatusCode != http.StatusConflict || ce.Code != client.CodeAliasConflict || !client.IsAliasConflict(err) {
+			t.Fatalf("%s: %v, want 409 alias_conflict", name, err)
+		}
+		conflicts, rejected, ok := ce.AliasConflicts()
+		if !ok || len(conflicts) != 1 || len(rejected) != 0 {
+			t.Fatalf("%s: AliasConflicts = %+v %+v %v, want one conflict", name, conflicts, rejected, ok)
+		}
+		c := conflicts[0]
+		if c.Kind != "conflict" || c.User != "alice" || c.RepoURL != web.RepoURL || c.OldKey != oldKey || c.NewKey != newKey ||
+			c.RefKind != "application" || c.RefID != web.ID || c.LockID != web.LockID ||
+			c.OtherUser != "bob" || c.OtherRepoURL != bobs.RepoURL || c.OtherKey != newKey || c.OtherLockID != bobs.LockID {
+			t.Errorf("%s: conflict = %+v", name, c)
+		}
+		if _, _, ok := (&client.Error{Code: client.CodeConflict}).AliasConflicts(); ok {
+			t.Errorf("AliasConflicts of a conflict error: ok")
+		}
+	}
+	if got := must(e.admin.ListAliases(ctx))(t); len(got) != 0 {
+		t.Fatalf("ListAliases after a refused change = %+v, want none", got)
+	}
+	if got := must(alice.GetApplication(ctx, web.ID))(t); got.NormalizedURL != oldKey || got.LockID != web.LockID {
+		t.Fatalf("alice's application after a refused change = %+v, want %s", got, oldKey)
+	}
+	if got := must(bob.GetApplication(ctx, bobs.ID))(t); got.NormalizedURL != newKey || got.LockID != bobs.LockID {
+		t.Fatalf("bob's application after a refused change = %+v, want %s", got, newKey)
+	}
+
+	// Without bob's claim the change applies: alice's lock is re-keyed in
+	// the same operation, and bob's claim on the target's spelling is
+	// refused at once.
+	if err := bob.DeleteApplication(ctx, bobs.ID); err != nil {
+		t.Fatal(err)
+	}
+	alias := must(e.admin.CreateAlias(ctx, req))(t)
+	if ch := alias.Change; ch.DryRun || ch.Action != "add" || ch.Alias != alias.Alias || ch.ExaminedLocks != 1 || ch.RekeyedLocks != 1 ||
+		len(ch.Conflicts) != 0 || len(ch.Rejected) != 0 {
+		t.Errorf("CreateAlias = %+v", alias)
+	}
+	if got := must(alice.GetApplication(ctx, web.ID))(t); got.NormalizedURL != newKey {
+		t.Errorf("alice's application after the alias = %+v, want %s", got, newKey)
+	}
+	if _, err := bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "mirror", RepoURL: httpsURL}); !client.IsClaimed(err) {
+		t.Errorf("bob's claim after the alias: %v, want repository_claimed", err)
+	} else if owner, _ := client.ClaimedBy(err); owner != "alice" {
+		t.Errorf("bob's claim after the alias: owner %q, want alice", owner)
+	}
+	if m := must(e.admin.Metrics(ctx))(t); !strings.Contains(string(m), `repolock_rekeyed_locks_total{cause="alias"} 1`) {
+		t.Errorf("metrics: no repolock_rekeyed_locks_total{cause=\"alias\"} 1")
+	}
+
+	// The removal, planned then applied: alice's lock goes back to the
+	// key of her URL without the alias.
+	plan = must(e.admin.PlanDeleteAlias(ctx, alias.ID))(t)
+	if !plan.DryRun || plan.Action != "remove" || plan.Alias.ID != alias.ID || plan.Endpoint != "gitlab.example.com" ||
+		plan.ExaminedLocks != 1 || plan.RekeyedLocks != 1 {
+		t.Errorf("PlanDeleteAlias = %+v", plan)
+	}
+	if got := must(alice.GetApplication(ctx, web.ID))(t); got.NormalizedURL != newKey {
+		t.Errorf("alice's application after a planned removal = %+v, want %s", got, newKey)
+	}
+	if err := e.admin.DeleteAlias(ctx, alias.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(alice.GetApplication(ctx, web.ID))(t); got.NormalizedURL != oldKey {
+		t.Errorf("alice's application after the removal = %+v, want %s", got, oldKey)
+	}
+	if _, err := e.admin.PlanDeleteAlias(ctx, alias.ID); !client.IsNotFound(err) {
+		t.Errorf("PlanDeleteAlias of a removed alias: %v, want not_found", err)
 	}
 }

@@ -34,7 +34,8 @@ var operationMethods = map[string][]string{
 	"createUser":        {"CreateUser"}, "listUsers": {"ListUsersPage", "ListUsers"}, "deleteUser": {"DeleteUser"}, "issueToken": {"IssueToken"},
 	"revokeTokens": {"RevokeTokens"}, "runGC": {"RunGC"}, "listGCRuns": {"ListGCRunsPage", "ListGCRuns"}, "getGCRun": {"GetGCRun"},
 	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"},
-	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias"}, "deleteAlias": {"DeleteAlias"},
+	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
+	"deleteAlias": {"DeleteAlias", "PlanDeleteAlias"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client

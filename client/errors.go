@@ -21,6 +21,7 @@ const (
 	CodeAlreadyExists        Code = "already_exists"         // 409
 	CodeConflict             Code = "conflict"               // 409
 	CodeRepositoryClaimed    Code = "repository_claimed"     // 409
+	CodeAliasConflict        Code = "alias_conflict"         // 409
 	CodeRepositoryDeleting   Code = "repository_deleting"    // 410
 	CodePreconditionFailed   Code = "precondition_failed"    // 412
 	CodePayloadTooLarge      Code = "payload_too_large"      // 413
@@ -62,6 +63,37 @@ func (e *Error) OutcomeUnknown() bool {
 func (e *Error) Owner() string {
 	s, _ := e.Details["owner"].(string)
 	return s
+}
+
+// AliasConflicts are the problems listed by an alias_conflict error:
+// every reference the alias change would put on a key another tenant holds
+// or gets (conflicts) and every reference whose URL its rules reject
+// (rejected). ok is false for any other error.
+func (e *Error) AliasConflicts() (conflicts, rejected []RekeyProblem, ok bool) {
+	if e.Code != CodeAliasConflict {
+		return nil, nil, false
+	}
+	conflicts, rejected = []RekeyProblem{}, []RekeyProblem{}
+	e.detail("conflicts", &conflicts)
+	e.detail("rejected", &rejected)
+	return conflicts, rejected, true
+}
+
+// Progress is the report of a re-key run (RunRekey) that failed after
+// some batches: what it did, which stays done. ok is false when the error
+// carries none.
+func (e *Error) Progress() (rep RekeyReport, ok bool) {
+	return rep, e.detail("progress", &rep)
+}
+
+// detail decodes the detail key into out.
+func (e *Error) detail(key string, out any) bool {
+	v, ok := e.Details[key]
+	if !ok {
+		return false
+	}
+	b, err := json.Marshal(v)
+	return err == nil && json.Unmarshal(b, out) == nil
 }
 
 func newError(resp *http.Response, body []byte) *Error {
@@ -148,6 +180,11 @@ func ClaimedBy(err error) (owner string, ok bool) {
 
 // IsClaimed: another tenant owns the repository URL (409 repository_claimed).
 func IsClaimed(err error) bool { return IsCode(err, CodeRepositoryClaimed) }
+
+// IsAliasConflict: an alias change was refused because it would give a
+// repository two owners or leave a reference its rules reject (409
+// alias_conflict); nothing was changed. Error.AliasConflicts lists why.
+func IsAliasConflict(err error) bool { return IsCode(err, CodeAliasConflict) }
 
 // IsNotFound: no such resource, or not the caller's (404).
 func IsNotFound(err error) bool { return IsCode(err, CodeNotFound) }

@@ -487,8 +487,10 @@ func (c *Client) GetReportCSV(ctx context.Context, name string, opts ReportOptio
 	return b, err
 }
 
-// RunRekey re-keys locks made under older normalization rules. It is never
-// retried.
+// RunRekey re-keys locks made under an older keying rules version. It is
+// never retried. When the run fails after some batches, the error carries
+// what it did (Error.Progress): that stays done, and a second run
+// continues.
 func (c *Client) RunRekey(ctx context.Context, opts RekeyOptions) (RekeyReport, error) {
 	q := url.Values{}
 	if opts.DryRun {
@@ -508,13 +510,34 @@ func (c *Client) ListAliases(ctx context.Context) ([]Alias, error) {
 	return v.Items, err
 }
 
-// CreateAlias adds a normalizer alias. Keys change: run RunRekey afterwards.
-func (c *Client) CreateAlias(ctx context.Context, req CreateAliasRequest) (Alias, error) {
-	return send[Alias](ctx, c, http.MethodPost, "/v1/admin/aliases", req)
+// CreateAlias adds a normalizer alias and re-keys the locks it moves, as
+// one operation: the answer is the stored alias and the change. A change
+// that would give a repository two owners (or leave a reference the rules
+// reject) is refused with alias_conflict and changes nothing
+// (IsAliasConflict, Error.AliasConflicts). It is never retried.
+func (c *Client) CreateAlias(ctx context.Context, req CreateAliasRequest) (CreatedAlias, error) {
+	return send[CreatedAlias](ctx, c, http.MethodPost, "/v1/admin/aliases", req)
 }
 
-// DeleteAlias removes a normalizer alias. Keys change: run RunRekey
-// afterwards.
+// PlanCreateAlias is CreateAlias as a dry run: the plan of the change,
+// nothing changed. A change that would be refused is the same
+// alias_conflict error.
+func (c *Client) PlanCreateAlias(ctx context.Context, req CreateAliasRequest) (AliasChange, error) {
+	var ch AliasChange
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/admin/aliases", query: url.Values{"dry_run": {"true"}}, in: req, out: &ch})
+	return ch, err
+}
+
+// DeleteAlias removes a normalizer alias and re-keys the locks it moves,
+// as one operation (alias_conflict as in CreateAlias).
 func (c *Client) DeleteAlias(ctx context.Context, id string) error {
 	return c.del(ctx, p("/v1/admin/aliases/%s", id))
+}
+
+// PlanDeleteAlias is DeleteAlias as a dry run: the plan of the change,
+// nothing changed.
+func (c *Client) PlanDeleteAlias(ctx context.Context, id string) (AliasChange, error) {
+	var ch AliasChange
+	err := c.do(ctx, call{method: http.MethodDelete, path: p("/v1/admin/aliases/%s", id), query: url.Values{"dry_run": {"true"}}, out: &ch})
+	return ch, err
 }

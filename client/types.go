@@ -368,13 +368,14 @@ type VersionInfo struct {
 // RekeyOptions are the parameters of RunRekey.
 type RekeyOptions struct {
 	DryRun bool
-	// BatchSize: stale locks read per query (0: the server's default).
+	// BatchSize: stale locks moved per transaction (0: the server's
+	// default).
 	BatchSize int
 }
 
-// RekeyProblem is a reference that keeps its lock on an old key: a
-// conflict with another tenant (Other* name it) or a URL the current rules
-// reject (Reason).
+// RekeyProblem is a reference that keeps its lock on an old key, or that
+// refuses an alias change: a conflict with another tenant (Other* name it)
+// or a URL the rules reject (Reason).
 type RekeyProblem struct {
 	Kind         string `json:"kind"`
 	LockID       string `json:"lock_id"`
@@ -416,6 +417,39 @@ type Alias struct {
 	From      string    `json:"from"`
 	To        string    `json:"to"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreatedAlias is the answer of CreateAlias: the stored alias and what
+// its re-key did.
+type CreatedAlias struct {
+	Alias
+	Change AliasChange `json:"change"`
+}
+
+// AliasChange is the plan of an alias change (PlanCreateAlias,
+// PlanDeleteAlias) or what it did (CreatedAlias.Change): an alias change
+// is a re-key applied as one operation. It is applied only when Conflicts
+// and Rejected are empty; the problems of a refused change are in its
+// alias_conflict error (Error.AliasConflicts).
+type AliasChange struct {
+	DryRun bool `json:"dry_run"`
+	// Action is "add" or "remove".
+	Action string `json:"action"`
+	// Alias is the alias added or removed (in a dry run of an add: no ID,
+	// a zero CreatedAt).
+	Alias Alias `json:"alias"`
+	// Endpoint (host[+port]) is where the locks the change can move are:
+	// the alias's From for an add, its To for a removal.
+	Endpoint string `json:"endpoint"`
+	// ExaminedLocks are the locks on Endpoint under the alias's prefix;
+	// RekeyedLocks those whose references all moved or kept their key.
+	ExaminedLocks   int            `json:"examined_locks"`
+	RekeyedLocks    int            `json:"rekeyed_locks"`
+	MovedReferences int            `json:"moved_references"`
+	CreatedLocks    int            `json:"created_locks"`
+	ReleasedLocks   int            `json:"released_locks"`
+	Conflicts       []RekeyProblem `json:"conflicts"`
+	Rejected        []RekeyProblem `json:"rejected"`
 }
 
 // CreateAliasRequest is the body of CreateAlias.

@@ -132,6 +132,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	case errors.Is(err, context.DeadlineExceeded):
 		code, status, message = repolock.ETimeout, http.StatusGatewayTimeout, "the request timed out"
+		// Keep the details of a domain error around the timeout: a re-key
+		// run that timed out after some batches says how far it got
+		// (progress).
+		details = repolock.ErrorDetails(err)
 	default:
 		if repolock.ErrorCode(err) == repolock.EInternal && database.IsConnectionError(err) &&
 			!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
