@@ -283,6 +283,3 @@ func (n *Normalizer) key(p *parsed) (Key, error) {
 	host, port, segs = n.applyConfigured(host, port, segs)
 	return render(host, port, segs)
 }
-
-// Version is the rules version n keys under.
-func (n *Normalizer) Version() int { return Version }
