@@ -69,7 +69,9 @@ func (p *gcProcess) summary(t *testing.T) gcSummary {
 	return s
 }
 
-// seedOrphans creates a tenant and n unreferenced locks an hour old.
+// seedOrphans creates a tenant and n unreferenced locks an hour old, keyed
+// under the binary's rules version (3): a stored version the binary cannot
+// key under stops every command that loads the keying rules.
 func seedOrphans(t *testing.T, db *sql.DB, n int) {
 	t.Helper()
 	var tenant string
@@ -77,7 +79,7 @@ func seedOrphans(t *testing.T, db *sql.DB, n int) {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
-		SELECT 'git.example.com/e2e/' || g, 1, $1, now() - interval '1 hour' FROM generate_series(1, $2) g`, tenant, n); err != nil {
+		SELECT 'git.example.com/e2e/' || g, 3, $1, now() - interval '1 hour' FROM generate_series(1, $2) g`, tenant, n); err != nil {
 		t.Fatal(err)
 	}
 }

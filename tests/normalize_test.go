@@ -25,7 +25,7 @@ func TestNormalizeHTTPAndCLI(t *testing.T) {
 	}
 	for _, raw := range same {
 		n, err := tenant.Normalize(ctx, raw)
-		if err != nil || n.Normalized != "github.com/argoproj/test" || n.Version != 2 {
+		if err != nil || n.Normalized != "github.com/argoproj/test" || n.Version != 3 {
 			t.Fatalf("%q: %v %+v", raw, err, n)
 		}
 		if strings.Contains(n.Input, "tok") || strings.Contains(n.Input, "user") {

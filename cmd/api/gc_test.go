@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/repostate"
 )
 
@@ -43,11 +45,14 @@ func (c *gcCLI) run(ctx context.Context, args ...string) (code int, stdout, stde
 	return code, out.String(), errb.String()
 }
 
+// orphans creates n unreferenced locks an hour old, keyed under the
+// binary's rules version (a stored version it cannot key under stops
+// every command that loads the keying rules).
 func (c *gcCLI) orphans(n int) {
 	c.t.Helper()
 	if _, err := c.db.ExecContext(context.Background(), `
 		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id, created_at)
-		SELECT 'git.example.com/o/' || g, 1, $1, now() - interval '1 hour' FROM generate_series(1, $2) g`, c.user, n); err != nil {
+		SELECT 'git.example.com/o/' || g, $3, $1, now() - interval '1 hour' FROM generate_series(1, $2) g`, c.user, n, normalize.Version); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -243,7 +248,7 @@ func TestReportCommand(t *testing.T) {
 		if tt.want == "" {
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			if len(lines) != 2 || lines[0] != "lock_id,git_repository_url,normalizer_version,owner_id,owner_name,application_refs,credential_refs,created_at,age_seconds" ||
-				!strings.Contains(lines[1], ",git.example.com/o/1,1,"+c.user+",alice,0,0,") {
+				!strings.Contains(lines[1], fmt.Sprintf(",git.example.com/o/1,%d,", normalize.Version)+c.user+",alice,0,0,") {
 				t.Fatalf("api %v:\n%s", tt.args, out)
 			}
 		}

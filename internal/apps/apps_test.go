@@ -544,7 +544,7 @@ func TestDeleteTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A bare lock without references is released too.
-	if _, err := ls.Acquire(ctx, ls.Rules(), alice.ID, "github.com/alice/bare"); err != nil {
+	if _, err := ls.Acquire(ctx, alice.ID, "github.com/alice/bare"); err != nil {
 		t.Fatal(err)
 	}
 	bobApp, err := svc.CreateApplication(ctx, bob.ID, apps.NewApplication{Name: "b", RepoURL: "https://github.com/bob/b"})

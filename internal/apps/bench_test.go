@@ -290,7 +290,7 @@ func BenchmarkLocks(b *testing.B) {
 			return err
 		}},
 		{"c  locks.Service.Acquire", benchOps, func(ctx context.Context, _, i int) error {
-			acq, err := ls.Acquire(ctx, ls.Rules(), owner.ID, normalize.Key(fmt.Sprintf("c.example.com/o/r%d", i)))
+			acq, err := ls.Acquire(ctx, owner.ID, fmt.Sprintf("c.example.com/o/r%d", i))
 			ok := acq.Acquired
 			if err == nil && !ok {
 				err = fmt.Errorf("not acquired")

@@ -13,6 +13,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/locks"
 )
 
 // GC runs back to back, with no minimum age and tiny batches (of every four
@@ -337,17 +338,18 @@ func TestGCDuringApplicationChurn(t *testing.T) {
 // reference, as a request that dies after acquiring does.
 func leak(ctx context.Context, db *database.DB, tenantID, rawURL string) error {
 	ls := svc(db).locks
-	n := ls.Rules()
-	key, err := n.RepoURL(rawURL)
-	if err != nil {
-		return err
-	}
-	return db.WithTx(ctx, func(tx database.Tx) error {
-		acq, err := ls.AcquireTx(ctx, tx, n, tenantID, key)
-		if err == nil && !acq.Acquired {
-			err = fmt.Errorf("claimed by %s", acq.Owner)
+	return ls.Keyed(ctx, func(k *locks.Keying) error {
+		c, err := k.Claim(rawURL)
+		if err != nil {
+			return err
 		}
-		return err
+		return db.WithTx(ctx, func(tx database.Tx) error {
+			acq, err := ls.AcquireTx(ctx, tx, tenantID, c)
+			if err == nil && !acq.Acquired {
+				err = fmt.Errorf("claimed by %s", acq.Owner)
+			}
+			return err
+		})
 	})
 }
 

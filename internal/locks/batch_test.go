@@ -14,7 +14,6 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
-	"github.com/repolock/repolock/internal/normalize"
 )
 
 const insertBatcher = "locks.insertLocks"
@@ -32,7 +31,7 @@ func acquiresInOneBatch(t *testing.T, db *database.DB, ls *locks.Service, tenant
 	t.Helper()
 	acquire := func(tenant, key string) func() batchedAcquire {
 		return func() batchedAcquire {
-			acq, err := ls.Acquire(context.Background(), ls.Rules(), tenant, normalize.Key(key))
+			acq, err := ls.Acquire(context.Background(), tenant, key)
 			return batchedAcquire{acq, err}
 		}
 	}
@@ -162,14 +161,14 @@ func TestStalledAcquireDoesNotHoldUpOthers(t *testing.T) {
 	}
 	stuck := make(chan error, 1)
 	go func() {
-		_, err := ls.Acquire(ctx, ls.Rules(), alice.ID, "github.com/acme/blocker")
+		_, err := ls.Acquire(ctx, alice.ID, "github.com/acme/blocker")
 		stuck <- err
 	}()
 	dbtest.WaitUntilBlockedAny(t, db, pid)
 	errs := make(chan error, 8)
 	for i := range 8 {
 		go func() {
-			acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, normalize.Key(fmt.Sprintf("github.com/acme/r%d", i)))
+			acq, err := ls.Acquire(ctx, alice.ID, fmt.Sprintf("github.com/acme/r%d", i))
 			if err == nil && !acq.Acquired {
 				err = fmt.Errorf("r%d not acquired", i)
 			}

@@ -22,7 +22,7 @@ func TestDenialsCoalesceUnderConcurrency(t *testing.T) {
 	bob := dbtest.NewTenant(t, db, "bob")
 	carol := dbtest.NewTenant(t, db, "carol")
 	const key = "github.com/acme/contended"
-	if acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key); err != nil || !acq.Acquired {
+	if acq, err := ls.Acquire(ctx, alice.ID, key); err != nil || !acq.Acquired {
 		t.Fatalf("alice acquires: %+v %v", acq, err)
 	}
 	// A denial of bob in an earlier window (as recorded an hour ago).
@@ -35,6 +35,7 @@ func TestDenialsCoalesceUnderConcurrency(t *testing.T) {
 	}
 
 	const workers, each = 16, 10
+	c := claim(t, ls, key)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*workers*each)
@@ -48,7 +49,7 @@ func TestDenialsCoalesceUnderConcurrency(t *testing.T) {
 					// Each denial in its own transaction, as internal/apps
 					// records them.
 					err := db.WithTx(ctx, func(tx database.Tx) error {
-						acq, err := ls.AcquireTx(ctx, tx, ls.Rules(), tenant, key)
+						acq, err := ls.AcquireTx(ctx, tx, tenant, c)
 						if err == nil && (acq.Acquired || acq.Owner != "alice") {
 							t.Errorf("got %+v, want denied by alice", acq)
 						}
@@ -105,10 +106,10 @@ func TestEventsStayAnAuditTrail(t *testing.T) {
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/audit"
-	if _, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key); err != nil {
+	if _, err := ls.Acquire(ctx, alice.ID, key); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ls.Acquire(ctx, ls.Rules(), bob.ID, key); err != nil {
+	if _, err := ls.Acquire(ctx, bob.ID, key); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{

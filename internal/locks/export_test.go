@@ -16,3 +16,7 @@ func InsertLocks(ctx context.Context, q database.Querier, tenant, rules string, 
 	}
 	return insertLocks(ctx, inTx{q}, in)
 }
+
+// MaxRekeyings is how often Keyed reloads the rules for one call before it
+// gives up.
+const MaxRekeyings = maxRekeyings

@@ -2,6 +2,7 @@ package locks_test
 
 import (
 	"context"
+	"testing"
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/locks"
@@ -12,7 +13,7 @@ import (
 // rules. Build one per pool (it owns the pool's acquire Batcher), after
 // any db.SetBatchStallAfter: New makes the Batcher.
 func newLocks(db *database.DB) *locks.Service {
-	return locks.New(db, normalize.Static(normalize.Default()))
+	return locks.New(db, locks.Fixed(normalize.Default()))
 }
 
 // release runs ls.Release in a transaction of its own and commits it: a
@@ -23,4 +24,15 @@ func release(ctx context.Context, db *database.DB, ls *locks.Service, lockID str
 		return err
 	})
 	return released, err
+}
+
+// claim keys raw for a claim under the rules ls keys under now (for
+// AcquireTx); the test fails when they reject it.
+func claim(t testing.TB, ls *locks.Service, raw string) locks.Claim {
+	t.Helper()
+	c, err := ls.Keying().Claim(raw)
+	if err != nil {
+		t.Fatalf("claim %s: %v", raw, err)
+	}
+	return c
 }

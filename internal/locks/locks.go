@@ -129,7 +129,8 @@ func validateTenantID(id string) error {
 // for none) and gen (the claim's rules generation, bigint). Every key of
 // input must be distinct: a key already held (by anyone, or by an earlier
 // row of input) gets no lock row, and neither does a key one of whose
-// shadow keys another tenant holds. rules_guard raises RL001 when a row's
+// shadow keys anyone holds (another tenant: the claim is denied; the
+// claimant: that lock is its own, found by the look-up that follows). rules_guard raises RL001 when a row's
 // generation is not the stored one (Keying).
 //
 // It is for the statements that create a lock together with the row that
@@ -165,7 +166,7 @@ const (
 	FROM input CROSS JOIN rules_guard
 	WHERE rules_guard.ok AND (input.shadows = '' OR NOT EXISTS (
 		SELECT 1 FROM RepositoryLockOwner s
-		WHERE s.git_repository_url = ANY (string_to_array(input.shadows, E'\n')) AND s.cluster_user_id <> input.tenant))
+		WHERE s.git_repository_url = ANY (string_to_array(input.shadows, E'\n'))))
 	ORDER BY input.key
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id

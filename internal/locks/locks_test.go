@@ -94,20 +94,20 @@ func TestAcquire(t *testing.T) {
 	bob := dbtest.NewTenant(t, db, "bob")
 	const key = "github.com/acme/app"
 
-	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+	acq, err := ls.Acquire(ctx, alice.ID, key)
 	id1, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
-	if err != nil || !acquired || owner != "" || id1 == "" {
-		t.Fatalf("first acquire: %q %v %q %v", id1, acquired, owner, err)
+	if err != nil || !acquired || owner != "" || id1 == "" || acq.Key != key {
+		t.Fatalf("first acquire: %q %v %q %v (key %q)", id1, acquired, owner, err, acq.Key)
 	}
 	// The same tenant again: the existing lock (the design's pseudocode
 	// would refuse this).
-	acq, err = ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+	acq, err = ls.Acquire(ctx, alice.ID, key)
 	id2, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || !acquired || owner != "" || id2 != id1 {
 		t.Fatalf("re-acquire: %q %v %q %v, want %q true", id2, acquired, owner, err, id1)
 	}
 	// Another tenant: denied, naming the owner.
-	acq, err = ls.Acquire(ctx, ls.Rules(), bob.ID, key)
+	acq, err = ls.Acquire(ctx, bob.ID, key)
 	id3, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 	if err != nil || acquired || owner != "alice" || id3 != "" {
 		t.Fatalf("other tenant: %q %v %q %v, want \"\" false alice nil", id3, acquired, owner, err)
@@ -136,24 +136,43 @@ func TestAcquireRejects(t *testing.T) {
 	db := dbtest.New(t)
 	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
+	// Acquire takes a repository URL and keys it itself: a URL the rules
+	// reject is invalid_argument, and so are a missing or malformed user.
 	for _, tc := range []struct {
-		name, user, key string
+		name, user, url string
 		code            repolock.Code
 	}{
 		{"empty user", "", "github.com/a/b", repolock.EInvalid},
 		{"user not an id", "alice", "github.com/a/b", repolock.EInvalid},
 		{"unknown user", "00000000-0000-0000-0000-000000000001", "github.com/a/b", repolock.ENotFound},
-		{"empty key", alice.ID, "", repolock.EInvalid},
-		{"key not normalized (scheme)", alice.ID, "https://github.com/a/b", repolock.EInvalid},
-		{"key not normalized (case)", alice.ID, "github.com/A/b", repolock.EInvalid},
-		{"key not normalized (.git)", alice.ID, "github.com/a/b.git", repolock.EInvalid},
+		{"empty URL", alice.ID, "", repolock.EInvalid},
 		{"invalid URL", alice.ID, "not a url", repolock.EInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			acq, err := ls.Acquire(ctx, ls.Rules(), tc.user, normalize.Key(tc.key))
+			acq, err := ls.Acquire(ctx, tc.user, tc.url)
 			id, acquired, owner := acq.LockID, acq.Acquired, acq.Owner
 			if repolock.ErrorCode(err) != tc.code || id != "" || acquired || owner != "" {
 				t.Fatalf("got %q %v %q %v, want code %s", id, acquired, owner, err, tc.code)
+			}
+		})
+	}
+	// The acquire of an already normalized key (re-keying's, through
+	// Keying.KeyClaim) refuses a key that is not canonical under the
+	// rules: invalid_argument, and nothing written.
+	for _, tc := range []struct{ name, key string }{
+		{"empty key", ""},
+		{"key not normalized (scheme)", "https://github.com/a/b"},
+		{"key not normalized (case)", "github.com/A/b"},
+		{"key not normalized (.git)", "github.com/a/b.git"},
+		{"invalid URL", "not a url"},
+	} {
+		t.Run("key/"+tc.name, func(t *testing.T) {
+			if c, err := ls.Keying().KeyClaim(normalize.Key(tc.key)); repolock.ErrorCode(err) != repolock.EInvalid {
+				t.Fatalf("KeyClaim: %+v %v, want invalid_argument", c, err)
+			}
+			tg, err := ls.AcquireForRekey(ctx, db, ls.Keying(), alice.ID, normalize.Key(tc.key))
+			if repolock.ErrorCode(err) != repolock.EInvalid || tg != (locks.Target{}) {
+				t.Fatalf("AcquireForRekey: %+v %v, want invalid_argument", tg, err)
 			}
 		})
 	}
@@ -193,7 +212,7 @@ func TestAcquireRace(t *testing.T) {
 				defer wg.Done()
 				for j := 0; j < urls; j++ {
 					k := fmt.Sprintf("git.example.com/race/r%d", (j+g*7)%urls)
-					acq, err := ls.Acquire(ctx, ls.Rules(), u.ID, normalize.Key(k))
+					acq, err := ls.Acquire(ctx, u.ID, k)
 					id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 					if err != nil {
 						errc <- err
@@ -256,7 +275,7 @@ func TestRelease(t *testing.T) {
 
 	t.Run("unreferenced", func(t *testing.T) {
 		const key = "github.com/rel/free"
-		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+		acq, err := ls.Acquire(ctx, alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
@@ -280,7 +299,7 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by an application", func(t *testing.T) {
 		const key = "github.com/rel/app"
-		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+		acq, err := ls.Acquire(ctx, alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
@@ -300,7 +319,7 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("referenced by a credential", func(t *testing.T) {
 		const key = "github.com/rel/cred"
-		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+		acq, err := ls.Acquire(ctx, alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
@@ -325,7 +344,7 @@ func TestRelease(t *testing.T) {
 	})
 	t.Run("the foreign key refuses to delete a referenced lock", func(t *testing.T) {
 		const key = "github.com/rel/fk"
-		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
+		acq, err := ls.Acquire(ctx, alice.ID, key)
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
@@ -345,14 +364,14 @@ type acquireResult struct {
 	err       error
 }
 
-// acquireBlocked starts ls.AcquireTx in tx (whose backend
+// acquireBlocked starts ls.AcquireTx of c in tx (whose backend
 // is pid) on another goroutine and returns once that call is blocked on a
 // row lock; its result arrives on the returned channel.
-func acquireBlocked(t *testing.T, db *database.DB, ls *locks.Service, tx database.Tx, pid int, tenantID string, key normalize.Key) <-chan acquireResult {
+func acquireBlocked(t *testing.T, db *database.DB, ls *locks.Service, tx database.Tx, pid int, tenantID string, c locks.Claim) <-chan acquireResult {
 	t.Helper()
 	done := make(chan acquireResult, 1)
 	go func() {
-		acq, err := ls.AcquireTx(context.Background(), tx, ls.Rules(), tenantID, key)
+		acq, err := ls.AcquireTx(context.Background(), tx, tenantID, c)
 		id, ok, owner := acq.LockID, acq.Acquired, acq.Owner
 		done <- acquireResult{id: id, owner: owner, ok: ok, err: err}
 	}()
@@ -396,7 +415,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			key := fmt.Sprintf("github.com/race/ordering-%d", i)
 			acquirerID := tenantIDs[tc.acquirer]
-			old, err := ls.Acquire(ctx, ls.Rules(), tenantIDs["alice"], normalize.Key(key))
+			old, err := ls.Acquire(ctx, tenantIDs["alice"], key)
 			if err != nil || !old.Acquired {
 				t.Fatalf("first acquire: %+v %v", old, err)
 			}
@@ -417,7 +436,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 			switch tc.first {
 			case "acquire":
 				acq, _ = dbtest.BeginWithPID(t, db)
-				got, err := ls.AcquireTx(ctx, acq, ls.Rules(), acquirerID, normalize.Key(key))
+				got, err := ls.AcquireTx(ctx, acq, acquirerID, claim(t, ls, key))
 				if err != nil || !got.Acquired {
 					t.Fatalf("acquire: %+v %v", got, err)
 				}
@@ -448,7 +467,7 @@ func TestReleaseVersusAcquire(t *testing.T) {
 				}
 				var acqPID int
 				acq, acqPID = dbtest.BeginWithPID(t, db)
-				done := acquireBlocked(t, db, ls, acq, acqPID, acquirerID, normalize.Key(key))
+				done := acquireBlocked(t, db, ls, acq, acqPID, acquirerID, claim(t, ls, key))
 				endRelease(rel)
 				r := <-done
 				if r.err != nil || !r.ok || r.id == "" {
@@ -496,14 +515,14 @@ func TestGetAndList(t *testing.T) {
 
 	var ids []string
 	for i := 0; i < 7; i++ {
-		acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, normalize.Key(fmt.Sprintf("github.com/list/r%d", i)))
+		acq, err := ls.Acquire(ctx, alice.ID, fmt.Sprintf("github.com/list/r%d", i))
 		id := acq.LockID
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
 	}
-	acq, err := ls.Acquire(ctx, ls.Rules(), bob.ID, "github.com/list/bob")
+	acq, err := ls.Acquire(ctx, bob.ID, "github.com/list/bob")
 	bobLock := acq.LockID
 	if err != nil {
 		t.Fatal(err)
@@ -579,7 +598,7 @@ func TestOwnerOf(t *testing.T) {
 	db := dbtest.New(t)
 	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
-	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, "github.com/o/r")
+	acq, err := ls.Acquire(ctx, alice.ID, "github.com/o/r")
 	id := acq.LockID
 	if err != nil {
 		t.Fatal(err)
@@ -602,8 +621,9 @@ func TestOwnerOf(t *testing.T) {
 // gitlab.example.com, the SSH URL on port 2222 is keyed
 // gitlab.example.com/o/r and acquired and found under that key, with the
 // rule set of those rules; the key the built-in rules give the same URL,
-// gitlab.example.com+2222/o/r, is refused (invalid_argument) and writes
-// nothing.
+// gitlab.example.com+2222/o/r, is refused as a key (invalid_argument) and
+// writes nothing; given to Acquire as a URL, it is keyed under the
+// service's rules too (the aliased key: the same lock).
 func TestKeysCheckedUnderServiceRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -620,7 +640,7 @@ func TestKeysCheckedUnderServiceRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := locks.New(db, normalize.Static(rules))
+	ls := locks.New(db, locks.Fixed(rules))
 	alice := dbtest.NewTenant(t, db, "alice")
 	const (
 		url     = "ssh://git@gitlab.example.com:2222/o/r"
@@ -640,36 +660,37 @@ func TestKeysCheckedUnderServiceRules(t *testing.T) {
 	if err != nil || key != aliased {
 		t.Fatalf("key of %s under the service's rules = %q %v, want %q", url, key, err, aliased)
 	}
-	acq, err := ls.Acquire(ctx, ls.Rules(), alice.ID, key)
-	if err != nil || !acq.Acquired || acq.LockID == "" || acq.Owner != "" {
-		t.Fatalf("acquire %s: %+v %v", key, acq, err)
+	acq, err := ls.Acquire(ctx, alice.ID, url)
+	if err != nil || !acq.Acquired || acq.LockID == "" || acq.Owner != "" || acq.Key != aliased {
+		t.Fatalf("acquire %s: %+v %v", url, acq, err)
 	}
-	// The lock records the service's rule set: the version and the
-	// aliases' fingerprint.
-	var ruleSet string
-	if err := db.GetContext(ctx, &ruleSet, `SELECT normalizer_version || ':' || normalizer_rules FROM RepositoryLockOwner WHERE id = $1`, acq.LockID); err != nil || rules.Fingerprint() == "" || ruleSet != locks.RuleSet(rules) {
-		t.Fatalf("rule set %q %v, want %q (the service's rules)", ruleSet, err, locks.RuleSet(rules))
+	// The lock records the service's rule set: its rules version (no alias
+	// fingerprint is written any more: aliases make no lock stale).
+	var stored struct {
+		Version string `db:"version"`
+		Rules   string `db:"normalizer_rules"`
+	}
+	if err := db.GetContext(ctx, &stored, `SELECT normalizer_version::text AS version, normalizer_rules FROM RepositoryLockOwner WHERE id = $1`, acq.LockID); err != nil ||
+		rules.Fingerprint() == "" || stored.Version != locks.RuleSet(rules) || stored.Rules != "" {
+		t.Fatalf("rule set %+v %v, want version %q and no fingerprint (the service's rules)", stored, err, locks.RuleSet(rules))
 	}
 	o, err := ls.OwnerOf(ctx, key)
 	if err != nil || o.LockID != acq.LockID || o.TenantID != alice.ID || o.TenantName != "alice" || o.NormalizedURL != aliased {
 		t.Fatalf("owner of %s: %+v %v", key, o, err)
 	}
 
-	// The un-aliased key: refused on the pool, in a transaction, and by
-	// the lookup.
-	acq, err = ls.Acquire(ctx, ls.Rules(), alice.ID, builtin)
-	if repolock.ErrorCode(err) != repolock.EInvalid || acq != (locks.Acquisition{}) {
-		t.Fatalf("acquire %s: %+v %v, want invalid_argument", builtin, acq, err)
+	// The un-aliased key: refused as a key (a claim of it, and re-keying's
+	// acquire of it), and by the lookup.
+	if c, err := ls.Keying().KeyClaim(builtin); repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("KeyClaim %s: %+v %v, want invalid_argument", builtin, c, err)
 	}
-	err = db.WithTx(ctx, func(tx database.Tx) error {
-		acq, err := ls.AcquireTx(ctx, tx, ls.Rules(), alice.ID, builtin)
-		if acq != (locks.Acquisition{}) {
-			t.Errorf("AcquireTx %s: %+v", builtin, acq)
-		}
-		return err
-	})
-	if repolock.ErrorCode(err) != repolock.EInvalid {
-		t.Fatalf("AcquireTx %s: %v, want invalid_argument", builtin, err)
+	if tg, err := ls.AcquireForRekey(ctx, db, ls.Keying(), alice.ID, builtin); repolock.ErrorCode(err) != repolock.EInvalid || tg != (locks.Target{}) {
+		t.Fatalf("AcquireForRekey %s: %+v %v, want invalid_argument", builtin, tg, err)
+	}
+	// As a URL, it is keyed under the service's rules: the aliased key,
+	// alice's lock.
+	if again, err := ls.Acquire(ctx, alice.ID, string(builtin)); err != nil || !again.Acquired || again.LockID != acq.LockID || again.Key != aliased {
+		t.Fatalf("acquire of the URL %s: %+v %v, want alice's lock %s on %s", builtin, again, err, acq.LockID, aliased)
 	}
 	if _, err := ls.OwnerOf(ctx, builtin); repolock.ErrorCode(err) != repolock.EInvalid {
 		t.Fatalf("owner of %s: %v, want invalid_argument", builtin, err)

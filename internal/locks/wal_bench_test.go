@@ -10,7 +10,6 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/locks"
-	"github.com/repolock/repolock/internal/normalize"
 )
 
 // walOps is the number of operations each variant of BenchmarkAcquireWAL
@@ -31,7 +30,7 @@ const (
 // server-wide, so run it on a quiet server. Reported as WAL-bytes/op.
 func BenchmarkAcquireWAL(b *testing.B) {
 	acquire := func(ctx context.Context, _ *database.DB, ls *locks.Service, tenant string, i int) error {
-		_, err := ls.Acquire(ctx, ls.Rules(), tenant, normalize.Key(fmt.Sprintf("github.com/bench-wal/r%d", i)))
+		_, err := ls.Acquire(ctx, tenant, fmt.Sprintf("github.com/bench-wal/r%d", i))
 		return err
 	}
 	for _, v := range []struct {
