@@ -20,9 +20,9 @@ import (
 	"github.com/repolock/repolock/internal/rekey"
 )
 
-// TestRekeyConcurrentWithTraffic re-keys a version 1 database while
+// TestRekeyConcurrentWithTraffic re-keys a version 2 database while
 // tenants create, update and delete applications on the same repositories
-// (in their v2 spellings, so on the very keys re-keying moves locks to), and
+// (in their v3 spellings, so on the very keys re-keying moves locks to), and
 // the global GC runs. Afterwards: every lock is current except those the
 // report names, every reference points at its own tenant's lock on the key
 // of its URL, no lock is left unreferenced, and another run moves nothing.
@@ -34,11 +34,14 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 	const repos = 120
 	x := dbtest.NewTenant(t, db, "xavier").ID
 	y := dbtest.NewTenant(t, db, "yolanda").ID
-	url := func(i int) string { return fmt.Sprintf("https://c.example:8443/o/r%d", i) }
+	// url is the v3 spelling of repository i (v2 and v3 key it alike);
+	// the v2 references are scp-like, "te%73t", keyed c.example/o/rI-test
+	// by v2 and c.example/o/rI-te%2573t (url's key) by v3.
+	url := func(i int) string { return fmt.Sprintf("ssh://git@c.example/o/r%d-te%%2573t", i) }
 	for i := range repos {
-		insertV1(t, db, x, fmt.Sprintf("c.example:8443/o/r%d", i), 1,
-			v1Ref{"application", fmt.Sprintf("v1-%d", i), url(i)},
-			v1Ref{"credential", fmt.Sprintf("v1c-%d", i), url(i) + ".git"})
+		insertOld(t, db, x, fmt.Sprintf("c.example/o/r%d-test", i), 2,
+			oldRef{"application", fmt.Sprintf("v1-%d", i), fmt.Sprintf("git@c.example:o/r%d-te%%73t", i)},
+			oldRef{"credential", fmt.Sprintf("v1c-%d", i), fmt.Sprintf("c.example:o/r%d-te%%73t", i)})
 	}
 	var (
 		stop    = make(chan struct{})
@@ -81,7 +84,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		}
 		return err
 	}
-	// xavier: new applications on the v2 key of a repository, deleted again.
+	// xavier: new applications on the v3 key of a repository, deleted again.
 	worker("create-delete", func(r *rand.Rand, n int) error {
 		a, err := as.CreateApplication(ctx, x, apps.NewApplication{Name: fmt.Sprintf("new-%d", n), RepoURL: url(r.IntN(repos))})
 		if err != nil {
@@ -92,7 +95,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		}
 		return nil
 	})
-	// xavier: delete v1 applications and credentials (releasing v1 locks
+	// xavier: delete v2 applications and credentials (releasing v2 locks
 	// while re-keying holds or wants them).
 	worker("delete-v1", func(r *rand.Rand, n int) error {
 		var id string
@@ -105,7 +108,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		}
 		return allowed(as.DeleteApplication(ctx, x, id), repolock.ENotFound)
 	})
-	// xavier: move v1 credentials to another repository and back.
+	// xavier: move v2 credentials to another repository and back.
 	worker("update-v1", func(r *rand.Rand, n int) error {
 		var id string
 		err := db.GetContext(ctx, &id, `SELECT id FROM repository_credentials WHERE cluster_user_id = $1 ORDER BY random() LIMIT 1`, x)
@@ -117,7 +120,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		return allowed(err, repolock.ENotFound, repolock.ERepositoryClaimed)
 	})
 	// yolanda: tries to claim every fourth repository (denied when xavier
-	// holds the v2 key, granted while only xavier's v1 key exists: then
+	// holds the v3 key, granted while only xavier's v2 key exists: then
 	// re-keying must report the conflict and leave xavier's lock alone).
 	worker("other-tenant", func(r *rand.Rand, n int) error {
 		_, err := as.CreateApplication(ctx, y, apps.NewApplication{Name: fmt.Sprintf("y-%d", n), RepoURL: url(4 * r.IntN(repos/4))})
@@ -150,7 +153,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 	})
 	started.Wait()
 	before := ops.Load()
-	rep, err := rs.Run(ctx, normalize.Default(), rekey.Options{BatchSize: 10, Logger: quiet})
+	rep, err := rs.Run(ctx, keying(t, db), rekey.Options{BatchSize: 10, Logger: quiet})
 	during := ops.Load() - before
 	close(stop)
 	done.Wait()
@@ -166,11 +169,11 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 
 	// Traffic has stopped: a run now settles what the first could not see
 	// (locks it found gone or current), then a further run must move nothing.
-	settle, err := rs.Run(ctx, normalize.Default(), rekey.Options{Logger: quiet})
+	settle, err := rs.Run(ctx, keying(t, db), rekey.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := rs.Run(ctx, normalize.Default(), rekey.Options{Logger: quiet})
+	again, err := rs.Run(ctx, keying(t, db), rekey.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +202,7 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 	if len(bad) > 0 {
 		t.Errorf("references on the wrong lock or without one: %v", bad)
 	}
-	// Current locks are keyed by the v2 key of every URL on them; stale
+	// Current locks are keyed by the v3 key of every URL on them; stale
 	// ones are exactly those with an open conflict.
 	type lockRow struct {
 		ID      string `db:"id"`
@@ -229,10 +232,10 @@ func TestRekeyConcurrentWithTraffic(t *testing.T) {
 		if l.Refs == 0 {
 			t.Errorf("lock %s is unreferenced", l.Key)
 		}
-		if l.Version == 1 {
+		if l.Version == 2 {
 			stale++
 			if !conflicted[l.ID] {
-				t.Errorf("lock %s is still version 1 and not reported as a conflict", l.Key)
+				t.Errorf("lock %s is still version 2 and not reported as a conflict", l.Key)
 			}
 			continue
 		}

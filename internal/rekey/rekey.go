@@ -144,6 +144,11 @@ type Service struct {
 	db      *database.DB
 	locks   *locks.Service
 	metrics *Metrics
+	// next, set only by the package's tests (export_test.go), builds the
+	// rules Run keys under, after the reload that follows its
+	// registration, from the loaded ones (normalize.NextForTest): a run
+	// under rules N+1. nil in production.
+	next func(*normalize.Normalizer) *normalize.Normalizer
 }
 
 // New returns the service on db, moving locks through locks and counting
@@ -195,7 +200,7 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 		}
 		// The registration bumped the generation when it raised the
 		// version: key under the rules as they are now.
-		if k, err = LoadKeying(ctx, db); err != nil {
+		if k, err = loadKeying(ctx, db, normalize.Default().Version(), s.next); err != nil {
 			return Report{}, err
 		}
 		n = k.Current

@@ -1,6 +1,7 @@
 package rekey_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -9,20 +10,19 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
-	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/rekey"
 )
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
 
-// v1Ref is an Application or Credential stored under version 1 rules.
-type v1Ref struct {
+// oldRef is an Application or Credential stored under older rules.
+type oldRef struct {
 	kind, name, url string
 }
 
-// insertV1 writes a lock keyed key under version 1 rules (normalizer_version
-// 1, as a v1 service wrote it) and its references, directly in SQL.
-func insertV1(t *testing.T, db *database.DB, tenantID, key string, version int, refs ...v1Ref) string {
+// insertOld writes a lock keyed key under rules version version (as a
+// service of that version wrote it) and its references, directly in SQL.
+func insertOld(t *testing.T, db *database.DB, tenantID, key string, version int, refs ...oldRef) string {
 	t.Helper()
 	ctx := t.Context()
 	var lockID string
@@ -83,148 +83,165 @@ func diff(t *testing.T, what string, got, want []string) {
 	}
 }
 
-// populateV1 is a database written by a version 1 service: the three
-// holes of issue 10, a cross-tenant collision, a same-tenant split, a reuse
-// and a key that does not change.
-func populateV1(t *testing.T, db *database.DB) {
+// populateV2 is a database written by version 2 services, for version 3
+// rules (scp-like paths keyed as git sends them: a '%' is "%25" in the
+// key): a lock moved in place, a URL v3 rejects, a collision of two stale
+// locks (written under a legacy alias set), a new key another tenant
+// holds (under v3, and under v2 with a key v3 keeps), a split, an
+// unchanged key, a reuse and an unreferenced lock.
+func populateV2(t *testing.T, db *database.DB) {
 	ten := func(name string) string { return dbtest.NewTenant(t, db, name).ID }
-	alice, bob, carol, dave, erin, frank, gina, hank := ten("alice"), ten("bob"), ten("carol"), ten("dave"), ten("erin"), ten("frank"), ten("gina"), ten("hank")
-	// Ported keys: v1 wrote host:port, v2 host+port.
-	insertV1(t, db, alice, "p.example:8443/o/r", 1,
-		v1Ref{"application", "a1", "https://p.example:8443/o/r"},
-		v1Ref{"credential", "c1", "ssh://git@p.example:8443/o/r.git"})
-	// Hole 1: `..` after an empty segment; v2 rejects it.
-	insertV1(t, db, alice, "github.com/o", 1, v1Ref{"application", "dotdot", "https://github.com/o/r//.."})
-	// Hole 2: user-less host:DIGITS/path was host and port in v1, scp in v2.
-	insertV1(t, db, bob, "github.com:1234/repo", 1, v1Ref{"application", "b1", "github.com:1234/repo"})
-	// Hole 3 and a cross-tenant collision: carol's ssh://.../~/o/r was
-	// h.example/~/o/r in v1 and is h.example/o/r in v2, the key dave holds.
-	insertV1(t, db, carol, "h.example/~/o/r", 1, v1Ref{"application", "tilde", "ssh://git@h.example/~/o/r"})
-	insertV1(t, db, dave, "h.example/o/r", 1, v1Ref{"application", "d1", "https://h.example/o/r"})
-	// One v1 lock whose references split into two v2 keys.
-	insertV1(t, db, erin, "s.example:2222/o/r", 1,
-		v1Ref{"application", "e1", "ssh://git@s.example:2222/o/r"},
-		v1Ref{"credential", "e2", "s.example:2222/o/r"})
+	alice, carol, dave, erin, frank, gina, hank, ivan, judy := ten("alice"), ten("carol"), ten("dave"), ten("erin"), ten("frank"), ten("gina"), ten("hank"), ten("ivan"), ten("judy")
+	// Every reference moves to one new key nobody holds: in place.
+	insertOld(t, db, alice, "p.example/o/test", 2,
+		oldRef{"application", "a1", "git@p.example:o/te%73t"},
+		oldRef{"credential", "c1", "p.example:o/te%73t"})
+	// v3 rejects a '%' the Azure DevOps SSH server would decode again.
+	insertOld(t, db, alice, "dev.azure.com/org/p/_git/te%2573t", 2, oldRef{"application", "az", "git@ssh.dev.azure.com:v3/org/p/te%2573t"})
+	// Two stale locks re-key to one key: dave's was written before the
+	// alias y-ssh.example -> y.example (a legacy per-set fingerprint).
+	insertOld(t, db, carol, "y.example/o/test", 2, oldRef{"application", "cy", "git@y.example:o/te%73t"})
+	insertOld(t, db, dave, "y-ssh.example/o/test", 2, oldRef{"application", "dy", "git@y-ssh.example:o/te%73t"})
+	if _, err := db.ExecContext(t.Context(), `INSERT INTO normalizer_aliases (from_endpoint, to_endpoint) VALUES ('y-ssh.example', 'y.example')`); err != nil {
+		t.Fatal(err)
+	}
+	// Another tenant holds the new key, under v3 ...
+	insertOld(t, db, gina, "g.example/o/test", 2, oldRef{"application", "g1", "git@g.example:o/te%73t"})
+	insertOld(t, db, hank, "g.example/o/te%2573t", 3, oldRef{"application", "h1", "ssh://git@g.example/o/te%2573t"})
+	// ... or under v2, with a key v3 keeps (ivan's lock is marked current).
+	insertOld(t, db, ivan, "k.example/o/te%2573t", 2, oldRef{"application", "i1", "ssh://git@k.example/o/te%2573t"})
+	insertOld(t, db, judy, "k.example/o/test", 2, oldRef{"application", "j1", "git@k.example:o/te%73t"})
+	// One v2 lock whose references split into two v3 keys.
+	insertOld(t, db, erin, "s.example/o/test", 2,
+		oldRef{"application", "e1", "git@s.example:o/te%73t"},
+		oldRef{"credential", "e2", "https://s.example/o/te%73t"})
 	// Unchanged key: only the version moves.
-	insertV1(t, db, erin, "e.example/o/r", 1, v1Ref{"application", "e3", "https://e.example/o/r.git"})
-	// Reuse: frank already holds the v2 key.
-	insertV1(t, db, frank, "f.example+8443/o/r", 2, v1Ref{"application", "f1", "https://f.example:8443/o/r"})
-	insertV1(t, db, frank, "f.example:8443/o/r", 1, v1Ref{"application", "f2", "https://F.example:8443/o/r/"})
-	// Another tenant already holds the v2 key (created under v2 rules).
-	insertV1(t, db, gina, "g.example:8443/o/r", 1, v1Ref{"application", "g1", "https://g.example:8443/o/r"})
-	insertV1(t, db, hank, "g.example+8443/o/r", 2, v1Ref{"application", "h1", "https://g.example:8443/o/r.git"})
+	insertOld(t, db, erin, "e.example/o/r", 2, oldRef{"application", "e3", "https://e.example/o/r.git"})
+	// Reuse: frank already holds the v3 key.
+	insertOld(t, db, frank, "f.example/o/te%2573t", 3, oldRef{"application", "f1", "ssh://git@f.example/o/te%2573t"})
+	insertOld(t, db, frank, "f.example/o/test", 2, oldRef{"application", "f2", "git@f.example:o/te%73t"})
 	// Unreferenced stale lock: left to GC.
-	insertV1(t, db, hank, "u.example/o/r", 1)
+	insertOld(t, db, hank, "u.example/o/r", 2)
 }
 
-func TestRekeyVersion1Database(t *testing.T) {
+// wantV2 are the rows of populateV2 after a complete run.
+var wantV2 = state{
+	Locks: []string{
+		"alice dev.azure.com/org/p/_git/te%2573t v2",
+		"alice p.example/o/te%2573t v3",
+		"carol y.example/o/test v2",
+		"dave y-ssh.example/o/test v2",
+		"erin e.example/o/r v3",
+		"erin s.example/o/te%2573t v3",
+		"erin s.example/o/test v3",
+		"frank f.example/o/te%2573t v3",
+		"gina g.example/o/test v2",
+		"hank g.example/o/te%2573t v3",
+		"hank u.example/o/r v2",
+		"ivan k.example/o/te%2573t v3",
+		"judy k.example/o/test v2",
+	},
+	Refs: []string{
+		"app a1 p.example/o/te%2573t -> p.example/o/te%2573t",
+		"app az dev.azure.com/org/p/_git/te%2573t -> dev.azure.com/org/p/_git/te%2573t",
+		"app cy y.example/o/test -> y.example/o/test",
+		"app dy y-ssh.example/o/test -> y-ssh.example/o/test",
+		"app e1 s.example/o/te%2573t -> s.example/o/te%2573t",
+		"app e3 e.example/o/r -> e.example/o/r",
+		"app f1 f.example/o/te%2573t -> f.example/o/te%2573t",
+		"app f2 f.example/o/te%2573t -> f.example/o/te%2573t",
+		"app g1 g.example/o/test -> g.example/o/test",
+		"app h1 g.example/o/te%2573t -> g.example/o/te%2573t",
+		"app i1 k.example/o/te%2573t -> k.example/o/te%2573t",
+		"app j1 k.example/o/test -> k.example/o/test",
+		"cred c1 p.example/o/te%2573t -> p.example/o/te%2573t",
+		"cred e2 s.example/o/test -> s.example/o/test",
+	},
+	// The lock moved in place keeps its id: one "rekeyed" event, no
+	// acquired/released pair.
+	Events: []string{
+		"acquired s.example/o/te%2573t erin",
+		"rekeyed f.example/o/te%2573t from f.example/o/test frank",
+		"rekeyed p.example/o/te%2573t from p.example/o/test alice",
+		"rekeyed s.example/o/te%2573t from s.example/o/test erin",
+		"released f.example/o/test frank",
+	},
+	Conflicts: []string{
+		"conflict carol git@y.example:o/te%73t y.example/o/test -> y.example/o/te%2573t vs dave git@y-ssh.example:o/te%73t y-ssh.example/o/test another tenant's lock re-keys to the same key",
+		"conflict dave git@y-ssh.example:o/te%73t y-ssh.example/o/test -> y.example/o/te%2573t vs carol git@y.example:o/te%73t y.example/o/test another tenant's lock re-keys to the same key",
+		"conflict gina git@g.example:o/te%73t g.example/o/test -> g.example/o/te%2573t vs hank ssh://git@g.example/o/te%2573t g.example/o/te%2573t another tenant holds the new key",
+		"conflict judy git@k.example:o/te%73t k.example/o/test -> k.example/o/te%2573t vs ivan ssh://git@k.example/o/te%2573t k.example/o/te%2573t another tenant holds the new key",
+		"rejected alice git@ssh.dev.azure.com:v3/org/p/te%2573t dev.azure.com/org/p/_git/te%2573t ->  invalid repository URL: '%' in an Azure DevOps SSH path is not allowed (its SSH server decodes the path once more)",
+	},
+}
+
+type runCounts struct{ stale, rekeyed, moved, created, released, unref, conflicts, rejected int }
+
+func countsOf(r rekey.Report) runCounts {
+	return runCounts{r.StaleLocks, r.Rekeyed, r.MovedReferences, r.CreatedLocks, r.ReleasedLocks, r.Unreferenced, len(r.Conflicts), len(r.Rejected)}
+}
+
+func TestRekeyVersion2Database(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	rs := svc(db).rekey
-	populateV1(t, db)
+	populateV2(t, db)
 	before := snapshot(t, db)
 	ctx := t.Context()
 
 	// A dry run reports and changes nothing.
-	dry, err := rs.Run(ctx, normalize.Default(), rekey.Options{DryRun: true, BatchSize: 2})
+	dry, err := rs.Run(ctx, keying(t, db), rekey.Options{DryRun: true, BatchSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := snapshot(t, db); !slices.Equal(got.Locks, before.Locks) || !slices.Equal(got.Refs, before.Refs) ||
-		!slices.Equal(got.Events, before.Events) || !slices.Equal(got.Conflicts, before.Conflicts) {
+	if got := snapshot(t, db); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Fatalf("dry run changed rows:\n%v\n%v", before, got)
 	}
+	var maxVersion int
+	if err := db.GetContext(ctx, &maxVersion, `SELECT max_version FROM normalizer_state`); err != nil || maxVersion != 0 {
+		t.Fatalf("a dry run registered its version: %d, %v", maxVersion, err)
+	}
 
-	rep, err := rs.Run(ctx, normalize.Default(), rekey.Options{BatchSize: 2})
+	rep, err := rs.Run(ctx, keying(t, db), rekey.Options{BatchSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	type counts struct{ stale, rekeyed, moved, created, released, unref, conflicts, rejected int }
-	c := func(r rekey.Report) counts {
-		return counts{r.StaleLocks, r.Rekeyed, r.MovedReferences, r.CreatedLocks, r.ReleasedLocks, r.Unreferenced, len(r.Conflicts), len(r.Rejected)}
-	}
-	// 10 stale locks: 5 re-keyed (alice p, bob, erin s, erin e, frank f:8443),
-	// 4 references moved into 4 created locks (p, bob, s+2222, s/2222) and
-	// one reused; 4 old locks released; the u.example lock is unreferenced;
-	// carol/dave and gina are conflicts, alice's `..` URL is rejected.
-	want := counts{stale: 10, rekeyed: 5, moved: 6, created: 4, released: 4, unref: 1, conflicts: 3, rejected: 1}
-	if got := c(rep); got != want {
+	// 11 stale locks: 5 re-keyed (alice p in place, erin s split, erin e
+	// and ivan current, frank's reuse); 4 references moved; one lock
+	// created (erin's split), one released (frank's); hank's u.example is
+	// unreferenced; carol/dave, gina and judy are conflicts, alice's
+	// Azure URL is rejected.
+	want := runCounts{stale: 11, rekeyed: 5, moved: 4, created: 1, released: 1, unref: 1, conflicts: 4, rejected: 1}
+	if got := countsOf(rep); got != want {
 		t.Errorf("report counts = %+v, want %+v", got, want)
 	}
-	if got := c(dry); got != want {
+	if got := countsOf(dry); got != want {
 		t.Errorf("dry-run counts = %+v, want %+v (the same as the run)", got, want)
 	}
-	if rep.Batches != 5 || rep.NormalizerVersion != 2 || rep.NormalizerRules != "" {
+	if rep.Batches != 6 || rep.NormalizerVersion != 3 || rep.NormalizerRules != "" {
 		t.Errorf("batches %d version %d rules %q", rep.Batches, rep.NormalizerVersion, rep.NormalizerRules)
 	}
 
 	after := snapshot(t, db)
-	diff(t, "locks", after.Locks, []string{
-		"alice github.com/o v1",
-		"alice p.example+8443/o/r v2",
-		"bob github.com/1234/repo v2",
-		"carol h.example/~/o/r v1",
-		"dave h.example/o/r v1",
-		"erin e.example/o/r v2",
-		"erin s.example+2222/o/r v2",
-		"erin s.example/2222/o/r v2",
-		"frank f.example+8443/o/r v2",
-		"gina g.example:8443/o/r v1",
-		"hank g.example+8443/o/r v2",
-		"hank u.example/o/r v1",
-	})
-	diff(t, "references", after.Refs, []string{
-		"app a1 p.example+8443/o/r -> p.example+8443/o/r",
-		"app b1 github.com/1234/repo -> github.com/1234/repo",
-		"app d1 h.example/o/r -> h.example/o/r",
-		"app dotdot github.com/o -> github.com/o",
-		"app e1 s.example+2222/o/r -> s.example+2222/o/r",
-		"app e3 e.example/o/r -> e.example/o/r",
-		"app f1 f.example+8443/o/r -> f.example+8443/o/r",
-		"app f2 f.example+8443/o/r -> f.example+8443/o/r",
-		"app g1 g.example:8443/o/r -> g.example:8443/o/r",
-		"app h1 g.example+8443/o/r -> g.example+8443/o/r",
-		"app tilde h.example/~/o/r -> h.example/~/o/r",
-		"cred c1 p.example+8443/o/r -> p.example+8443/o/r",
-		"cred e2 s.example/2222/o/r -> s.example/2222/o/r",
-	})
-	diff(t, "events", after.Events, []string{
-		"acquired github.com/1234/repo bob",
-		"acquired p.example+8443/o/r alice",
-		"acquired s.example+2222/o/r erin",
-		"acquired s.example/2222/o/r erin",
-		"rekeyed f.example+8443/o/r from f.example:8443/o/r frank",
-		"rekeyed github.com/1234/repo from github.com:1234/repo bob",
-		"rekeyed p.example+8443/o/r from p.example:8443/o/r alice",
-		"rekeyed s.example+2222/o/r from s.example:2222/o/r erin",
-		"rekeyed s.example/2222/o/r from s.example:2222/o/r erin",
-		"released f.example:8443/o/r frank",
-		"released github.com:1234/repo bob",
-		"released p.example:8443/o/r alice",
-		"released s.example:2222/o/r erin",
-	})
-	wantConflicts := []string{
-		"conflict carol ssh://git@h.example/~/o/r h.example/~/o/r -> h.example/o/r vs dave https://h.example/o/r h.example/o/r another tenant's lock re-keys to the same key",
-		"conflict dave https://h.example/o/r h.example/o/r -> h.example/o/r vs carol ssh://git@h.example/~/o/r h.example/~/o/r another tenant's lock re-keys to the same key",
-		"conflict gina https://g.example:8443/o/r g.example:8443/o/r -> g.example+8443/o/r vs hank https://g.example:8443/o/r.git g.example+8443/o/r another tenant holds the new key",
-		"rejected alice https://github.com/o/r//.. github.com/o ->  invalid repository URL: path contains a '..' segment (git resolves it differently per transport)",
-	}
-	diff(t, "open conflicts", after.Conflicts, wantConflicts)
+	diff(t, "locks", after.Locks, wantV2.Locks)
+	diff(t, "references", after.Refs, wantV2.Refs)
+	diff(t, "events", after.Events, wantV2.Events)
+	diff(t, "open conflicts", after.Conflicts, wantV2.Conflicts)
 
 	var versions []string
 	if err := db.SelectContext(ctx, &versions, `SELECT normalizer_version || '/' || normalizer_rules || ' ' || locks
 		FROM report_normalizer_versions ORDER BY 1`); err != nil {
 		t.Fatal(err)
 	}
-	diff(t, "report_normalizer_versions", versions, []string{"1/ 5", "2/ 7"})
+	diff(t, "report_normalizer_versions", versions, []string{"2/ 6", "3/ 7"})
 
 	// A second run moves nothing and writes nothing; the conflicts stay
 	// reported.
-	again, err := rs.Run(ctx, normalize.Default(), rekey.Options{})
+	again, err := rs.Run(ctx, keying(t, db), rekey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c(again); got != (counts{stale: 5, unref: 1, conflicts: 3, rejected: 1}) {
+	if got := countsOf(again); got != (runCounts{stale: 6, unref: 1, conflicts: 4, rejected: 1}) {
 		t.Errorf("second run counts = %+v", got)
 	}
 	if got := snapshot(t, db); fmt.Sprint(got) != fmt.Sprint(after) {
@@ -232,71 +249,56 @@ func TestRekeyVersion1Database(t *testing.T) {
 	}
 
 	// The operator resolves the collision by deleting carol's application
-	// (leaving her lock unreferenced, for the GC): the next run marks dave's
-	// lock current and closes both conflict rows.
-	if _, err := db.ExecContext(ctx, `DELETE FROM applications WHERE name = 'tilde'`); err != nil {
+	// (leaving her lock unreferenced, for the GC): the next run moves
+	// dave's lock and closes both conflict rows.
+	if _, err := db.ExecContext(ctx, `DELETE FROM applications WHERE name = 'cy'`); err != nil {
 		t.Fatal(err)
 	}
-	third, err := rs.Run(ctx, normalize.Default(), rekey.Options{})
+	third, err := rs.Run(ctx, keying(t, db), rekey.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c(third); got != (counts{stale: 5, rekeyed: 1, unref: 2, conflicts: 1, rejected: 1}) {
+	if got := countsOf(third); got != (runCounts{stale: 6, rekeyed: 1, moved: 1, unref: 2, conflicts: 2, rejected: 1}) {
 		t.Errorf("third run counts = %+v", got)
 	}
-	diff(t, "open conflicts after resolving", snapshot(t, db).Conflicts, []string{wantConflicts[2], wantConflicts[3]})
+	diff(t, "open conflicts after resolving", snapshot(t, db).Conflicts, wantV2.Conflicts[2:])
 }
 
-func TestRekeyConfiguredAliases(t *testing.T) {
+// TestRekeyResumes stops a run after its first batch (its context ends):
+// every lock is re-keyed or untouched, and the next run finishes the work
+// with the same rows as one complete run.
+func TestRekeyResumes(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	rs := svc(db).rekey
-	ctx := t.Context()
-	ann := dbtest.NewTenant(t, db, "ann").ID
-	// Written under v2 without aliases: two keys for one GitLab repository.
-	insertV1(t, db, ann, "gitlab.example.com+2222/g/r", 2, v1Ref{"application", "ssh", "ssh://git@gitlab.example.com:2222/g/r.git"})
-	insertV1(t, db, ann, "gitlab.example.com/g/r", 2, v1Ref{"application", "https", "https://gitlab.example.com/g/r"})
-	n0, err := rs.Load(ctx)
-	if err != nil {
+	populateV2(t, db)
+	ctx, cancel := context.WithCancel(t.Context())
+	var batches int
+	rep, err := rs.Run(ctx, keying(t, db), rekey.Options{BatchSize: 2, Progress: func(rekey.Report) {
+		batches++
+		cancel()
+	}})
+	if err == nil || batches != 1 {
+		t.Fatalf("stopped run: %d batches, %+v, %v", batches, rep, err)
+	}
+	var moved int
+	if err := db.GetContext(t.Context(), &moved, `SELECT count(*) FROM RepositoryLockOwner WHERE normalizer_version = 3`); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := rs.Run(ctx, n0, rekey.Options{}); err != nil || rep.StaleLocks != 0 {
-		t.Fatalf("without aliases: %+v, %v", rep, err)
+	if moved >= 7 { // 7 once complete
+
+		t.Fatalf("%d locks of version 3 after the stopped run: it did not stop", moved)
 	}
-	src, err := rekey.NewSource(ctx, db, nil)
-	if err != nil {
+	if _, err := rs.Run(t.Context(), keying(t, db), rekey.Options{BatchSize: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.AddAlias(ctx, "GitLab.example.com+2222", "gitlab.example.com"); err != nil {
-		t.Fatal(err)
+	after := snapshot(t, db)
+	diff(t, "locks", after.Locks, wantV2.Locks)
+	diff(t, "references", after.Refs, wantV2.Refs)
+	diff(t, "events", after.Events, wantV2.Events)
+	diff(t, "open conflicts", after.Conflicts, wantV2.Conflicts)
+	again, err := rs.Run(t.Context(), keying(t, db), rekey.Options{})
+	if err != nil || again.Rekeyed != 0 || again.MovedReferences != 0 {
+		t.Fatalf("third run: %+v, %v", again, err)
 	}
-	// A running service keys with the set it loaded until it refreshes.
-	if f := src.Current().Fingerprint(); f != "" {
-		t.Fatalf("source changed before a refresh: %q", f)
-	}
-	if err := src.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if k, err := src.Current().RepoURL("ssh://git@gitlab.example.com:2222/g/r"); err != nil || k != "gitlab.example.com/g/r" {
-		t.Fatalf("after a refresh: %q, %v", k, err)
-	}
-	n, err := rs.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.Fingerprint() == "" || n.Fingerprint() != src.Current().Fingerprint() {
-		t.Fatalf("fingerprints %q, %q", n.Fingerprint(), src.Current().Fingerprint())
-	}
-	rep, err := rs.Run(ctx, n, rekey.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.StaleLocks != 2 || rep.Rekeyed != 2 || rep.MovedReferences != 1 || rep.ReleasedLocks != 1 || rep.CreatedLocks != 0 {
-		t.Errorf("report %+v", rep)
-	}
-	diff(t, "locks", snapshot(t, db).Locks, []string{"ann gitlab.example.com/g/r v2:" + n.Fingerprint()})
-	diff(t, "references", snapshot(t, db).Refs, []string{
-		"app https gitlab.example.com/g/r -> gitlab.example.com/g/r",
-		"app ssh gitlab.example.com/g/r -> gitlab.example.com/g/r",
-	})
 }
