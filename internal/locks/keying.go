@@ -27,8 +27,12 @@ import (
 //     ever created under rules other than the stored ones.
 //   - Shadows are the rules of the older versions whose locks may still be
 //     stored (until `api rekey` moves them): a claim is refused when any of
-//     the keys the URL had under them is held by another tenant, and a
-//     lock the claimant holds under one of them is its own.
+//     the keys the URL had under them, or any predecessor of its key
+//     (normalize's Predecessors: the older keys of the repository's other
+//     spellings), is held by another tenant, and a lock the claimant holds
+//     under one of them is its own. (Predecessors are declared one version
+//     back: with locks stored under a version older than the one before
+//     the current, only the claimed URL's own old keys are checked.)
 //   - Refuse is set when a binary with a newer rules version has served:
 //     this binary then claims nothing (unavailable), since the newer
 //     replicas key the same URLs differently.
@@ -125,6 +129,16 @@ func (k *Keying) Claim(raw string) (Claim, error) {
 			continue // a URL older rules reject has no old key to hold
 		}
 		c.shadows = append(c.shadows, sk)
+	}
+	if len(k.Shadows) > 0 {
+		// The older keys of the repository's other spellings: two
+		// spellings the older rules keyed apart may be one repository
+		// now, and another tenant may hold it under the other one.
+		for _, pk := range k.Current.Predecessors(key) {
+			if pk != key && !containsKey(c.shadows, pk) {
+				c.shadows = append(c.shadows, pk)
+			}
+		}
 	}
 	return c, nil
 }

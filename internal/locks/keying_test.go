@@ -491,3 +491,50 @@ func TestGuardSharedAcrossConcurrentClaims(t *testing.T) {
 		t.Fatalf("%d lock and event rows, want none", n)
 	}
 }
+
+// TestRulesV2ToV3OneOwner is issue 24's upgrade case with the real rules:
+// tenant A holds the v2 key h.example/o/test, keyed from the scp spelling
+// git@h.example:/o/te%73t (v2 decoded the escape). Under v3 that spelling
+// keys h.example/o/te%2573t, as does ssh://git@h.example/o/te%2573t, whose
+// own v2 key is the same (free). A v3 claim of either spelling by tenant B
+// is denied (owner A): the first through its own v2 key, the second
+// through the predecessor of its v3 key. A's own v3 claim is its v2 lock.
+func TestRulesV2ToV3OneOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	alice := dbtest.NewTenant(t, db, "alice")
+	bob := dbtest.NewTenant(t, db, "bob")
+	v2, err := normalize.ForVersion(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const scp, ssh = "git@h.example:/o/te%73t", "ssh://git@h.example/o/te%2573t"
+	k2, err := v2.RepoURL(scp)
+	if err != nil || k2 != "h.example/o/test" {
+		t.Fatalf("v2 key of %s: %q, %v", scp, k2, err)
+	}
+	if k, err := v2.RepoURL(ssh); err != nil || k == k2 {
+		t.Fatalf("v2 key of %s: %q, %v (want another key than %s)", ssh, k, err, k2)
+	}
+	var lockID string
+	if err := db.GetContext(ctx, &lockID, `INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id)
+		VALUES ($1, 2, $2) RETURNING id`, k2, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	ls := locks.New(db, newTestRules(&locks.Keying{Current: normalize.Default(), Shadows: []*normalize.Normalizer{v2}}, nil))
+	for _, u := range []string{scp, ssh} {
+		acq, err := ls.Acquire(ctx, bob.ID, u)
+		if err != nil || acq.Acquired || acq.Owner != "alice" || acq.Key != "h.example/o/te%2573t" {
+			t.Errorf("bob's v3 claim of %s: %+v, %v; want denied, owner alice", u, acq, err)
+		}
+		acq, err = ls.Acquire(ctx, alice.ID, u)
+		if err != nil || !acq.Acquired || acq.LockID != lockID {
+			t.Errorf("alice's v3 claim of %s: %+v, %v; want her v2 lock %s", u, acq, err, lockID)
+		}
+	}
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT count(*) FROM RepositoryLockOwner`); err != nil || n != 1 {
+		t.Fatalf("locks: %d, %v; want alice's one", n, err)
+	}
+}

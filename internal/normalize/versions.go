@@ -2,6 +2,7 @@ package normalize
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -50,21 +51,123 @@ func ForVersion(v int, aliases []Alias) (*Normalizer, error) {
 //
 // base may itself come from NextForTest (N+2, ...). It panics if base or
 // rewrite is nil.
-func NextForTest(base *Normalizer, rewrite func(Key) Key) *Normalizer {
+//
+// predecessors, when given, is the new version's Predecessors: the keys of
+// base that rewrite maps to a key (for the example above, new.example/P ->
+// [old.example/P]). Without it, Predecessors returns none.
+func NextForTest(base *Normalizer, rewrite func(Key) Key, predecessors ...func(Key) []Key) *Normalizer {
 	if base == nil || rewrite == nil {
 		panic("normalize.NextForTest: nil base or rewrite")
+	}
+	s := &successor{base: base, rewrite: rewrite}
+	if len(predecessors) > 0 {
+		s.predecessors = predecessors[0]
 	}
 	return &Normalizer{
 		version: base.Version() + 1,
 		aliases: base.aliases,
-		next:    &successor{base: base, rewrite: rewrite},
+		next:    s,
 	}
 }
 
 // successor is the rule set of a NextForTest Normalizer.
 type successor struct {
-	base    *Normalizer
-	rewrite func(Key) Key
+	base         *Normalizer
+	rewrite      func(Key) Key
+	predecessors func(Key) []Key
+}
+
+// Predecessors returns the keys that the rules of the version before n's
+// (n.Version()-1, with the same aliases) can have given to a repository
+// that n keys as k, other than k itself. A claim of k under n must find
+// them held too: until re-keying moves it, a lock keyed under the older
+// version may hold the repository under one of them, and the claimed URL
+// alone does not say which (two spellings the older rules keyed apart can
+// be one repository for n; the claimed spelling's own older key is then
+// free). Every rules version declares its predecessors here; the list may
+// hold more keys than needed (a claim is then refused while an older lock
+// of another repository holds one of them, until re-keying), never fewer.
+//
+// Version 3 keys a literal '%' of an scp-like path as "%25", where version
+// 2 decoded the escape: the predecessors of a key are the keys with some of
+// its "%25XX" taken back to "%XX" or to the byte XX, read as version 2 keys.
+func (n *Normalizer) Predecessors(k Key) []Key {
+	if n.next != nil {
+		if n.next.predecessors == nil {
+			return nil
+		}
+		return n.next.predecessors(k)
+	}
+	if n.Version() != 3 || !strings.Contains(string(k), "%25") {
+		return nil
+	}
+	prev, err := ForVersion(2, n.aliases)
+	if err != nil {
+		return nil
+	}
+	var out []Key
+	for _, c := range unescape25(string(k)) {
+		if pk, err := prev.ParseKey(c); err == nil && pk != k && !slices.Contains(out, pk) {
+			out = append(out, pk)
+		}
+	}
+	return out
+}
+
+// unescape25 returns s with every combination of its "%25XX" (XX two hex
+// digits) left alone, taken back to "%XX", or decoded to the byte XX; with
+// more than 4 of them, only all of them one way.
+func unescape25(s string) []string {
+	var at []int
+	for i := 0; i+5 <= len(s); i++ {
+		if s[i:i+3] == "%25" && isHex(s[i+3]) && isHex(s[i+4]) {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return nil
+	}
+	forms := func(i int) [3]string {
+		xx := s[i+3 : i+5]
+		b, _ := strconv.ParseUint(xx, 16, 8)
+		return [3]string{s[i : i+5], "%" + xx, string(rune(b))}
+	}
+	var out []string
+	if len(at) > 4 {
+		for f := 1; f < 3; f++ {
+			var b strings.Builder
+			last := 0
+			for _, i := range at {
+				b.WriteString(s[last:i])
+				b.WriteString(forms(i)[f])
+				last = i + 5
+			}
+			b.WriteString(s[last:])
+			out = append(out, b.String())
+		}
+		return out
+	}
+	total := 1
+	for range at {
+		total *= 3
+	}
+	for combo := 1; combo < total; combo++ {
+		var b strings.Builder
+		last, c := 0, combo
+		for _, i := range at {
+			b.WriteString(s[last:i])
+			b.WriteString(forms(i)[c%3])
+			c /= 3
+			last = i + 5
+		}
+		b.WriteString(s[last:])
+		out = append(out, b.String())
+	}
+	return out
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 func (s *successor) key(p *parsed) (Key, error) {

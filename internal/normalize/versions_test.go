@@ -182,3 +182,39 @@ func mustPanic(t *testing.T, want string, f func()) {
 	}()
 	f()
 }
+
+// TestPredecessors: version 3's predecessors of a key are the version 2
+// keys of the spellings v3 keys apart from it but v2 keyed elsewhere (a
+// literal '%' of an scp path); a key without "%25" has none.
+func TestPredecessors(t *testing.T) {
+	v2, err := ForVersion(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{"git@h.example:/o/te%73t", "git@h.example:o/te%73t", "h.example:~/o/te%20t", "git@h.example:o/a%73b%74c"} {
+		k3, err := Default().RepoURL(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		k2, err := v2.RepoURL(raw)
+		if err != nil {
+			t.Fatalf("%s under v2: %v", raw, err)
+		}
+		if k2 == k3 {
+			t.Fatalf("%s keys alike under v2 and v3 (%s): not a case of the change", raw, k3)
+		}
+		if ps := Default().Predecessors(k3); !slices.Contains(ps, k2) {
+			t.Errorf("Predecessors(%s) = %q, want it to hold the v2 key %s of %s", k3, ps, k2, raw)
+		}
+	}
+	if ps := Default().Predecessors("github.com/o/r"); len(ps) != 0 {
+		t.Errorf("Predecessors of a key without %%25: %q", ps)
+	}
+	if ps := v2.Predecessors("h.example/o/te%2573t"); len(ps) != 0 {
+		t.Errorf("v2 has no predecessors: %q", ps)
+	}
+	next := NextForTest(Default(), func(k Key) Key { return k }, func(k Key) []Key { return []Key{"old.example/x"} })
+	if ps := next.Predecessors("new.example/x"); !slices.Equal(ps, []Key{"old.example/x"}) {
+		t.Errorf("NextForTest's predecessors: %q", ps)
+	}
+}

@@ -107,14 +107,20 @@ func seedLocks(b *testing.B, db *database.DB, n, version int, hostSQL string) {
 	}
 }
 
-// legacyToNew is the rules N+1 of the version benchmarks: the keys of
-// legacy.example move to new.example.
+// legacyToNew is the rules N+1 of the version benchmarks and tests: the
+// keys of legacy.example move to new.example, so a key new.example/P has
+// the predecessor legacy.example/P (the N key of its other spelling).
 func legacyToNew(n *normalize.Normalizer) *normalize.Normalizer {
 	return normalize.NextForTest(n, func(k normalize.Key) normalize.Key {
 		if h, p, ok := strings.Cut(string(k), "/"); ok && h == "legacy.example" {
 			return normalize.Key("new.example/" + p)
 		}
 		return k
+	}, func(k normalize.Key) []normalize.Key {
+		if h, p, ok := strings.Cut(string(k), "/"); ok && h == "new.example" {
+			return []normalize.Key{normalize.Key("legacy.example/" + p)}
+		}
+		return nil
 	})
 }
 

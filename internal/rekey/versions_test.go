@@ -33,16 +33,13 @@ func (r *nextRules) Reload(ctx context.Context) error {
 	return nil
 }
 
-// TestTwoRulesVersions FAILS today (a production gap, see the run
-// assertion): an N+1 claim spelled with the N+1 key of a repository whose
-// other spelling another tenant holds under N is granted, since a claim
-// only checks the N key of its own URL.
-//
 // TestTwoRulesVersions serves rules N (this binary's) and N+1 side by side
 // against one database, each replica on its own pool: once N+1 has
 // registered, N refuses claims; N+1 denies a URL whose N key another
-// tenant holds; and N+1 claims racing a Run under N+1 leave every
-// repository with one owner.
+// tenant holds, and a URL whose own N key is free but whose N+1 key's
+// predecessor (the N key of its other spelling) another tenant holds; and
+// N+1 claims racing a Run under N+1 leave every repository with one
+// owner.
 func TestTwoRulesVersions(t *testing.T) {
 	t.Parallel()
 	dbN, url := dbtest.NewWithURL(t)
@@ -90,6 +87,12 @@ func TestTwoRulesVersions(t *testing.T) {
 	acq, err = sN1.locks.Acquire(ctx, ten[0], "https://new.example/o/r0")
 	if err != nil || !acq.Acquired {
 		t.Fatalf("N+1 claim of the owner: %+v, %v", acq, err)
+	}
+	// The other spelling: its own N key (new.example/o/r1) is free, but
+	// the predecessor of its N+1 key, legacy.example/o/r1, is t1's.
+	acq, err = sN1.locks.Acquire(ctx, ten[2], "https://new.example/o/r1")
+	if err != nil || acq.Acquired || acq.Owner != "t1" {
+		t.Fatalf("N+1 claim of the other spelling of another tenant's N lock: %+v, %v", acq, err)
 	}
 
 	// N+1 claims from several goroutines, both spellings, while a Run under
