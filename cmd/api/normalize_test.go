@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/repolock/repolock/internal/dbtest"
@@ -32,7 +33,7 @@ func TestNormalizeCommandAppliesStoredAliases(t *testing.T) {
 		t.Fatalf("normalize before the alias: %d %q %q", code, out, errOut)
 	}
 	if code, out, errOut := run(withDB, "alias", "add", "gitlab-ssh.example.com", "gitlab.example.com"); code != 0 ||
-		out != "gitlab-ssh.example.com -> gitlab.example.com\n" {
+		!strings.Contains(out, `"from": "gitlab-ssh.example.com"`) || !strings.Contains(out, `"to": "gitlab.example.com"`) {
 		t.Fatalf("alias add: %d %q %q", code, out, errOut)
 	}
 	if code, out, errOut := run(withDB, "normalize", raw); code != 0 || out != "gitlab.example.com/o/r\n" || errOut != "" {
