@@ -2,7 +2,6 @@ package normalize
 
 import (
 	"bufio"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -63,25 +62,6 @@ func upperSchemeSpellings() []string {
 		"GIT+SSH://git@h.example/o/r", "Ssh+Git://git@h.example/o/r", "SSH://git@h.example:2222/o/r",
 		"HTTPS://user:tok@h.example:8443/o/r", "FILE:///tmp/r", "SSH://git@ssh.github.com:443/o/r",
 	}
-}
-
-func v2GoldenInputs() []string {
-	var in []string
-	for _, tc := range acceptCases {
-		in = append(in, tc.in)
-	}
-	for _, tc := range rejectCases {
-		in = append(in, tc.in)
-	}
-	in = append(in, oracleCorpus()...)
-	in = append(in, benchCorpus...)
-	in = append(in, percentSpellings()...)
-	in = append(in, upperSchemeSpellings()...)
-	r := rand.New(rand.NewPCG(2, 0))
-	for range 3000 {
-		in = append(in, randomSpelling(r))
-	}
-	return dedupe(in)
 }
 
 func goldenResult(k Key, err error) string {

@@ -99,15 +99,6 @@ type counts struct {
 	problems                                        []Problem
 }
 
-func (c *counts) add(o counts) {
-	c.unreferenced += o.unreferenced
-	c.rekeyed += o.rekeyed
-	c.moved += o.moved
-	c.created += o.created
-	c.released += o.released
-	c.problems = append(c.problems, o.problems...)
-}
-
 // holder is the lock on a new key.
 type holder struct {
 	ID       string        `db:"id"`
@@ -292,8 +283,6 @@ func (m *mover) applyGeneral(ctx context.Context, tx database.Tx, d decision, ho
 		}
 		target[k] = t.LockID
 	}
-	var ids, kinds []string
-	var keys []normalize.Key
 	for i, f := range s.refs {
 		k := d.keys[i]
 		if k == s.Key {
@@ -302,7 +291,6 @@ func (m *mover) applyGeneral(ctx context.Context, tx database.Tx, d decision, ho
 		if err := moveRef(ctx, tx, f, target[k], k); err != nil {
 			return counts{}, err
 		}
-		ids, kinds, keys = append(ids, f.ID), append(kinds, f.Kind), append(keys, k)
 	}
 	for k, id := range target {
 		if err := m.locks.RecordRekeyed(ctx, tx, id, k, s.Key, s.TenantID); err != nil {
