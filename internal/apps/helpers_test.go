@@ -14,8 +14,8 @@ import (
 
 // newApps returns the apps service on db and the locks service it acquires
 // and releases through, keying under the built-in rules (as keyOf does).
-// Build one of each per pool (they own the pool's Batchers), after any
-// db.SetBatchStallAfter: New makes the Batchers.
+// Build one of each per pool (they own the pool's Batchers).
+// The pool's BatchStallAfter (dbtest.Pool) applies: New makes the Batchers.
 func newApps(db *database.DB) (*apps.Service, *locks.Service) {
 	ls := locks.New(db, locks.Fixed(normalize.Default()))
 	return apps.New(db, ls), ls

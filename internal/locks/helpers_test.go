@@ -10,8 +10,8 @@ import (
 )
 
 // newLocks returns the locks service on db, keying under the built-in
-// rules. Build one per pool (it owns the pool's acquire Batcher), after
-// any db.SetBatchStallAfter: New makes the Batcher.
+// rules. Build one per pool (it owns the pool's acquire Batcher); the
+// pool's BatchStallAfter (dbtest.Pool) applies: New makes the Batcher.
 func newLocks(db *database.DB) *locks.Service {
 	return locks.New(db, locks.Fixed(normalize.Default()))
 }

@@ -21,7 +21,7 @@ const (
 
 // BenchmarkAcquireWAL measures what one acquire of a free URL costs Postgres
 // in WAL bytes (docs/benchmarks.md, "Where an acquire's time goes"): the
-// acquire as shipped (AcquireRepositoryCredentialURL: the lock row, its
+// acquire as shipped (locks.Service.Acquire: the lock row, its
 // GC-candidate index entry, its "acquired" event and the join for the
 // tenant's name), the same with one index or the foreign key dropped (each
 // on its own database), the lock row alone, and the floor of make
