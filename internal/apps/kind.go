@@ -299,7 +299,7 @@ func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database
 		own[i] = *v
 	}
 	created, err := fast.Do(ctx, newRow{
-		key: string(key), rules: locks.RuleSet(keying.Current), tenant: tenantID, shadows: shadowList(claim),
+		key: string(key), rules: locks.RuleSet(keying.Current), tenant: tenantID, shadows: claim.ShadowList(),
 		gen: keying.Generation, name: *c.name, repoURL: stored, own: own,
 	})
 	if err != nil {
@@ -328,16 +328,6 @@ func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database
 		return zero, locks.ClaimedError(claimedBy)
 	}
 	return r, nil
-}
-
-// shadowList is the claim's shadow keys as createWithNewLock's input takes
-// them: '\n'-separated, "" for none.
-func shadowList(c locks.Claim) string {
-	parts := make([]string, len(c.Shadows()))
-	for i, k := range c.Shadows() {
-		parts[i] = string(k)
-	}
-	return strings.Join(parts, "\n")
 }
 
 func anys(ss []string) []any {

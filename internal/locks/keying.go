@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/repolock/repolock"
@@ -101,10 +102,9 @@ func (c Claim) keys() []string {
 	return out
 }
 
-// shadowList is the shadow keys as one text, '\n'-separated ("" for none):
-// the form a batch statement's input takes them in (a key holds no
-// newline).
-func (c Claim) shadowList() string {
+// ShadowList is the shadow keys as one text, '\n'-separated ("" for none):
+// the form NewLocksCTE's input takes them in (a key holds no newline).
+func (c Claim) ShadowList() string {
 	parts := make([]string, len(c.shadows))
 	for i, s := range c.shadows {
 		parts[i] = string(s)
@@ -125,7 +125,7 @@ func (k *Keying) Claim(raw string) (Claim, error) {
 	c := Claim{key: key, gen: k.Generation, version: k.Current.Version()}
 	for _, s := range k.Shadows {
 		sk, err := s.RepoURL(raw)
-		if err != nil || sk == key || containsKey(c.shadows, sk) {
+		if err != nil || sk == key || slices.Contains(c.shadows, sk) {
 			continue // a URL older rules reject has no old key to hold
 		}
 		c.shadows = append(c.shadows, sk)
@@ -135,7 +135,7 @@ func (k *Keying) Claim(raw string) (Claim, error) {
 		// spellings the older rules keyed apart may be one repository
 		// now, and another tenant may hold it under the other one.
 		for _, pk := range k.Current.Predecessors(key) {
-			if pk != key && !containsKey(c.shadows, pk) {
+			if pk != key && !slices.Contains(c.shadows, pk) {
 				c.shadows = append(c.shadows, pk)
 			}
 		}
@@ -154,15 +154,6 @@ func (k *Keying) KeyClaim(key normalize.Key) (Claim, error) {
 		return Claim{}, err
 	}
 	return Claim{key: key, gen: k.Generation, version: k.Current.Version()}, nil
-}
-
-func containsKey(ks []normalize.Key, k normalize.Key) bool {
-	for _, x := range ks {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // Codes of the guards of migration 000014.

@@ -366,7 +366,7 @@ func (s *Service) acquire(ctx context.Context, q runner, tenantID string, c Clai
 	keys := pq.StringArray(c.keys())
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
 		var owner string
-		lockID, err := q.insertLock(ctx, newLock{key: string(c.key), rules: c.rules(), tenant: tenantID, shadows: c.shadowList(), gen: c.gen})
+		lockID, err := q.insertLock(ctx, newLock{key: string(c.key), rules: c.rules(), tenant: tenantID, shadows: c.ShadowList(), gen: c.gen})
 		if err != nil {
 			return Acquisition{}, mapAcquireError(err)
 		}

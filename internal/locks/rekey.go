@@ -34,44 +34,6 @@ type Stale struct {
 	TenantName        string        `db:"user_name" json:"user"`
 }
 
-// ListStale returns up to limit stale locks under n's rules with ids after
-// afterID ("" for the start), in id order.
-func (s *Service) ListStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, afterID string, limit int) (_ []Stale, err error) {
-	defer repolock.WrapOp(&err, "locks.ListStale")
-	if afterID == "" {
-		afterID = "00000000-0000-0000-0000-000000000000"
-	}
-	out := []Stale{}
-	err = q.SelectContext(ctx, &out, `
-		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
-		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-		WHERE `+StaleSQL+` AND o.id > $2
-		ORDER BY o.id
-		LIMIT $3`, n.Version(), afterID, limit)
-	return out, database.MapError(err)
-}
-
-// LockStale takes FOR UPDATE on the lock lockID and returns it if it is
-// still stale under n's rules; ok is false when it is gone or was re-keyed
-// meanwhile. Holding it, no acquirer can add a reference to it (they wait
-// on FOR KEY SHARE) until the caller's transaction ends.
-func (s *Service) LockStale(ctx context.Context, q database.Querier, n *normalize.Normalizer, lockID string) (_ Stale, ok bool, err error) {
-	defer repolock.WrapOp(&err, "locks.LockStale")
-	var l Stale
-	err = q.GetContext(ctx, &l, `
-		SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
-		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-		WHERE o.id = $2 AND `+StaleSQL+`
-		FOR UPDATE OF o`, n.Version(), lockID)
-	if database.IsNoRows(err) {
-		return Stale{}, false, nil
-	}
-	if err != nil {
-		return Stale{}, false, database.MapError(err)
-	}
-	return l, true, nil
-}
-
 // Target is who holds a key re-keying wants to move references to.
 type Target struct {
 	// LockID is the tenant's lock on the key (created or reused), "" when
@@ -131,28 +93,6 @@ func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, k *Ke
 	}
 	return Target{}, repolock.Errorf(repolock.EConflict,
 		"the lock on %s changed hands %d times while re-keying; try again", key, maxAcquireAttempts)
-}
-
-// OwnerOfKey returns the lock on key and its owner, without taking a row
-// lock (dry runs); ok is false when the key is free.
-func (s *Service) OwnerOfKey(ctx context.Context, q database.Querier, key normalize.Key) (lockID, ownerID, ownerName string, ok bool, err error) {
-	defer repolock.WrapOp(&err, "locks.OwnerOfKey")
-	var o struct {
-		ID     string `db:"id"`
-		UserID string `db:"cluster_user_id"`
-		Name   string `db:"name"`
-	}
-	err = q.GetContext(ctx, &o, `
-		SELECT o.id, o.cluster_user_id, u.name
-		FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
-		WHERE o.git_repository_url = $1`, key)
-	if database.IsNoRows(err) {
-		return "", "", "", false, nil
-	}
-	if err != nil {
-		return "", "", "", false, database.MapError(err)
-	}
-	return o.ID, o.UserID, o.Name, true, nil
 }
 
 // RecordRekeyed records a "rekeyed" event: references of the tenant's lock

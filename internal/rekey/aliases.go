@@ -38,35 +38,14 @@ func listAliases(ctx context.Context, q database.Querier) (_ []Alias, err error)
 	return out, database.MapError(err)
 }
 
-// Load returns the normalizer of the stored aliases (the built-in rules
-// plus them), as they are now in the database.
-func (s *Service) Load(ctx context.Context) (_ *normalize.Normalizer, err error) {
-	defer repolock.WrapOp(&err, "rekey.Load")
-	return load(ctx, s.db)
-}
-
-func load(ctx context.Context, q database.Querier) (*normalize.Normalizer, error) {
-	as, err := listAliases(ctx, q)
+// build returns the normalizer of the alias set as (the built-in rules
+// plus them), or why the set is not valid.
+func build(as []Alias) (*normalize.Normalizer, error) {
+	aliases, err := parseAliases(as)
 	if err != nil {
 		return nil, err
 	}
-	return build(as)
-}
-
-func build(as []Alias) (*normalize.Normalizer, error) {
-	rules := normalize.Rules{}
-	for _, a := range as {
-		from, err := normalize.ParseEndpoint(a.From)
-		if err != nil {
-			return nil, err
-		}
-		to, err := normalize.ParseEndpoint(a.To)
-		if err != nil {
-			return nil, err
-		}
-		rules.Aliases = append(rules.Aliases, normalize.Alias{From: from, To: to})
-	}
-	return normalize.New(rules)
+	return normalize.New(normalize.Rules{Aliases: aliases})
 }
 
 // lockAliasesSQL serializes changes of the alias set, so that the set is
@@ -230,11 +209,7 @@ func (s *Service) changeAliases(ctx context.Context, dryRun bool, action string,
 			return err
 		}
 		ch.Alias = a
-		aliases, err := parseAliases(next)
-		if err != nil {
-			return err
-		}
-		n, err := normalize.New(normalize.Rules{Aliases: aliases})
+		n, err := build(next)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package rekey
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/lib/pq"
 
@@ -142,7 +143,7 @@ func (m *mover) apply(ctx context.Context, tx database.Tx, srcs []source) (count
 			d.keys[i] = key
 			if key == s.Key {
 				d.stays = true
-			} else if !containsKey(d.targets, key) {
+			} else if !slices.Contains(d.targets, key) {
 				d.targets = append(d.targets, key)
 			}
 		}
@@ -350,15 +351,6 @@ func (m *mover) liveConflict(ctx context.Context, tx database.Tx, l locks.Stale,
 		p.OtherRepoURL = other[0].RepoURL
 	}
 	return p
-}
-
-func containsKey(ks []normalize.Key, k normalize.Key) bool {
-	for _, x := range ks {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // lockSourcesSQL takes FOR UPDATE on the locks $1 that are still stale

@@ -2,24 +2,23 @@
 // (a new normalize.Version, or a change of the configured aliases), and
 // stores those aliases (normalizer_aliases).
 //
-// A run has two passes over the stale locks (locks.StaleSQL), each in id
-// order and in batches:
+// Both kinds of change go through one set-based engine (move.go):
 //
-//  1. Plan: re-normalize the stored repo_url of every Application and
-//     Credential that references a stale lock, and note, per new key, which
-//     tenants' stale locks re-key to it.
-//  2. Apply, one transaction per lock: lock the referencing rows (FOR
-//     UPDATE, the row lock internal/apps takes for updates and deletes),
-//     then the lock (locks.LockStale, FOR UPDATE: waits for acquirers), and
-//     re-read the references. If a reference is rejected by the current
-//     rules, or its new key is wanted by another tenant (another tenant's
-//     stale lock re-keys to it, per the plan, or another tenant holds it
-//     now), nothing of the lock moves: the problem is recorded in
-//     rekey_conflicts and the lock stays on its old key and version.
-//     Otherwise each reference moves to its tenant's lock on the new key
-//     (locks.AcquireForRekey: reused under FOR KEY SHARE, or created), a
-//     "rekeyed" event is recorded per new key, and the old lock is marked
-//     current when some reference keeps its key, or released when emptied.
+//   - A rules version change (Run, `api rekey`): a first pass takes the
+//     stale locks (locks.StaleSQL) FOR UPDATE in batches, in parallel
+//     ranges of ids, reads their references and marks current, one
+//     statement per batch, every lock whose references all keep their
+//     key. The others are planned across the whole run (per new key, which
+//     tenants' locks move to it) and moved by a second pass, one
+//     transaction per batch: reference rows and locks FOR UPDATE (the
+//     order internal/apps takes them in), references read again, then a
+//     rejected URL or a new key another tenant holds or moves to leaves the
+//     lock where it is (rekey_conflicts), a lock whose references all move
+//     to one free key gets it in place, and the rest move reference by
+//     reference to their tenant's lock on each new key.
+//   - An alias change (AddAlias, RemoveAlias): the same engine, in the
+//     change's own transaction, on the locks of the alias's endpoint,
+//     refused as a whole when any of them conflicts.
 //
 // Every change is made under the lock protocol of internal/locks, in
 // transactions that database.Transact retries on deadlocks and
@@ -27,7 +26,8 @@
 // alongside GC. A run that stops half-way leaves every lock either re-keyed
 // or untouched; the next run continues with the locks that are still stale.
 // A second run finds nothing to move (conflicts stay open and are reported
-// again, without new writes). Only one run (not dry) at a time: a session
+// again, without new writes). Claims stay safe meanwhile: see the rules
+// guard in internal/locks (Keying). Only one run (not dry) at a time: a session
 // advisory lock.
 package rekey
 

@@ -61,9 +61,6 @@ func Unloaded(db *database.DB, logger *slog.Logger) *Source {
 // Keying returns the rules of the last successful load.
 func (s *Source) Keying() *locks.Keying { return s.current.Load() }
 
-// Current returns the normalizer of the last successful load.
-func (s *Source) Current() *normalize.Normalizer { return s.Keying().Current }
-
 // Refresh is Reload (the alias routes call it after a change).
 func (s *Source) Refresh(ctx context.Context) error { return s.Reload(ctx) }
 
