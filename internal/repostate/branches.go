@@ -74,7 +74,7 @@ func (s *Service) CreateBranch(ctx context.Context, tenantID, repo, name, source
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return Branch{}, repolock.Errorf(repolock.EAlreadyExists, "branch %q already exists in repository %q", name, repo)
 		}
-		return Branch{}, storeErr(err)
+		return Branch{}, decidingErr(err)
 	}
 	if err := s.verifyLive(ctx, in, func(ctx context.Context) error { return s.store.Delete(ctx, in.pk, branchKey(name)) }); err != nil {
 		return Branch{}, err
@@ -144,7 +144,7 @@ func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commit
 		b.CommitID = commitID
 		if _, err := s.setIf(ctx, in.pk, branchKey(name), encode(b), pred); err != nil {
 			if !errors.Is(err, kv.ErrPredicateFailed) {
-				return Branch{}, storeErr(err)
+				return Branch{}, decidingErr(err)
 			}
 			if attempt >= policy.MaxAttempts {
 				return Branch{}, repolock.Errorf(repolock.EConflict, "branch %q kept moving; gave up after %d attempts, try again", name, attempt)
@@ -182,12 +182,12 @@ func (s *Service) DeleteBranch(ctx context.Context, tenantID, repo, name string)
 		if err != nil {
 			return err
 		}
-		err = s.store.DeleteIf(ctx, in.pk, branchKey(name), pred)
+		err = s.deleteIf(ctx, in.pk, branchKey(name), pred)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, kv.ErrPredicateFailed) || attempt >= 10 {
-			return storeErr(err)
+			return decidingErr(err)
 		}
 	}
 	tokens := append([]string{b.StagingToken}, b.SealedTokens...)

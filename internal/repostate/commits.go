@@ -189,7 +189,7 @@ func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p C
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return c, true, false, nil
 		}
-		return c, true, false, storeErr(err)
+		return c, true, false, decidingErr(err)
 	}
 	return c, true, true, nil
 }

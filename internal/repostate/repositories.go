@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/repolock/repolock"
@@ -86,26 +87,61 @@ func decode(b []byte, v any, what string) error {
 // equal bytes mean the write landed.
 func (s *Service) setIf(ctx context.Context, pk, key, value []byte, pred kv.Predicate) (kv.Predicate, error) {
 	p, err := s.store.SetIf(ctx, pk, key, value, pred)
-	if err == nil || errors.Is(err, kv.ErrPredicateFailed) || ctx.Err() != nil {
+	if err == nil || errors.Is(err, kv.ErrPredicateFailed) {
 		return p, err
 	}
-	if got, gp, gerr := s.store.Get(ctx, pk, key); gerr == nil && bytes.Equal(got, value) {
+	if ctx.Err() != nil {
+		return nil, &ambiguousError{err}
+	}
+	got, gp, gerr := s.store.Get(ctx, pk, key)
+	switch {
+	case gerr == nil && bytes.Equal(got, value):
 		s.log.WarnContext(ctx, "repostate: write reported failure but landed", "partition", string(pk), "key", string(key), "error", err.Error())
 		return gp, nil
+	case gerr == nil || errors.Is(gerr, kv.ErrNotFound):
+		return nil, err // read back: it did not land
 	}
-	return nil, err
+	return nil, &ambiguousError{err}
 }
 
 // set is Set with the same read-back on failure.
 func (s *Service) set(ctx context.Context, pk, key, value []byte) error {
 	err := s.store.Set(ctx, pk, key, value)
-	if err == nil || ctx.Err() != nil {
-		return err
-	}
-	if got, _, gerr := s.store.Get(ctx, pk, key); gerr == nil && bytes.Equal(got, value) {
+	if err == nil {
 		return nil
 	}
-	return err
+	if ctx.Err() != nil {
+		return &ambiguousError{err}
+	}
+	got, _, gerr := s.store.Get(ctx, pk, key)
+	switch {
+	case gerr == nil && bytes.Equal(got, value):
+		return nil
+	case gerr == nil || errors.Is(gerr, kv.ErrNotFound):
+		return err
+	}
+	return &ambiguousError{err}
+}
+
+// deleteIf is DeleteIf with a read-back on an ambiguous failure: the key
+// gone means the delete landed; the key at the same version means it did
+// not; anything else stays ambiguous.
+func (s *Service) deleteIf(ctx context.Context, pk, key []byte, pred kv.Predicate) error {
+	err := s.store.DeleteIf(ctx, pk, key, pred)
+	if err == nil || errors.Is(err, kv.ErrPredicateFailed) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return &ambiguousError{err}
+	}
+	_, gp, gerr := s.store.Get(ctx, pk, key)
+	switch {
+	case errors.Is(gerr, kv.ErrNotFound):
+		return nil
+	case gerr == nil && reflect.DeepEqual(gp, pred):
+		return err
+	}
+	return &ambiguousError{err}
 }
 
 func (s *Service) getRecord(ctx context.Context, tenantID, name string) (Repository, kv.Predicate, error) {
@@ -230,6 +266,13 @@ func (s *Service) Create(ctx context.Context, tenantID string, p CreateParams) (
 			return Repository{}, repolock.Wrap(repolock.EConflict, err,
 				"creating repository %q took longer than %s and was abandoned; try again", rec.Name, s.cfg.InitialTimeout)
 		}
+		if derr := decidingErr(err); IsUnknownOutcome(derr) {
+			// The promotion may have landed (and the repository been
+			// seen): abandoning it now does not make "not created" true
+			// of the past, so the answer is outcome unknown.
+			s.abandon(ctx, tenantID, rec, pred)
+			return Repository{}, derr
+		}
 		return fail(err)
 	}
 	return active, nil
@@ -267,7 +310,9 @@ func (s *Service) insertRecord(ctx context.Context, tenantID string, rec Reposit
 			return pred, nil
 		}
 		if !errors.Is(err, kv.ErrPredicateFailed) {
-			return nil, storeErr(err)
+			// An initial record that may have landed holds the name
+			// ("being created") until it is declared failed.
+			return nil, decidingErr(err)
 		}
 		existing, epred, gerr := s.getRecord(ctx, tenantID, rec.Name)
 		if errors.Is(gerr, kv.ErrNotFound) && attempt < 3 {
@@ -287,6 +332,9 @@ func (s *Service) insertRecord(ctx context.Context, tenantID string, rec Reposit
 			return nil, repolock.Errorf(repolock.EConflict, "repository %q keeps changing; try again", rec.Name)
 		}
 		if err := s.deleteInstance(ctx, tenantID, existing, epred, reasonFailed); err != nil && !repolock.IsCode(err, repolock.ENotFound) {
+			if isPendingDelete(err) {
+				return nil, repolock.Errorf(repolock.EConflict, "a repository named %q is being deleted; try again shortly", rec.Name)
+			}
 			return nil, err
 		}
 	}
@@ -299,7 +347,7 @@ func (s *Service) insertRecord(ctx context.Context, tenantID string, rec Reposit
 func (s *Service) abandon(ctx context.Context, tenantID string, rec Repository, pred kv.Predicate) {
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	if err := s.deleteInstance(cctx, tenantID, rec, pred, reasonFailed); err != nil && !repolock.IsCode(err, repolock.ENotFound) {
+	if err := s.deleteInstance(cctx, tenantID, rec, pred, reasonFailed); err != nil && !repolock.IsCode(err, repolock.ENotFound) && !isPendingDelete(err) {
 		s.log.WarnContext(ctx, "repostate: could not abandon a failed create; it will be declared failed after the initial timeout",
 			"tenant_id", tenantID, "repository", rec.Name, "instance_uid", rec.InstanceUID, "error", err.Error())
 	}
@@ -370,7 +418,9 @@ func (s *Service) verifyLive(ctx context.Context, in instance, undo func(ctx con
 	case err == nil && rec.InstanceUID == in.repo.InstanceUID && rec.State == StateActive:
 		return nil
 	case err != nil && !errors.Is(err, kv.ErrNotFound):
-		return storeErr(err)
+		// The write landed; whether it counts depends on the instance
+		// still being live, which could not be read.
+		return unknownOutcome(err)
 	}
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
@@ -416,9 +466,12 @@ func (s *Service) List(ctx context.Context, tenantID, afterName string, limit in
 
 // Delete deletes a repository (Step 2): SetIf the record to deleting on the
 // predicate read, list the instance in the deleted partition, DeleteIf the
-// record. The name is reusable as soon as Delete returns; the Cleaner
-// removes the instance's data later. Deleting a repository already in the
-// deleting state completes that deletion.
+// record. The name is reusable as soon as Delete returns, unless a step
+// after the mark failed: the mark is the deciding write, so Delete then
+// answers success all the same, the repository answers 410 (and its name
+// 409 "being deleted") until the Cleaner completes the deletion. A mark
+// whose outcome cannot be read back answers outcome unknown. Deleting a
+// repository already in the deleting state completes that deletion.
 func (s *Service) Delete(ctx context.Context, tenantID, name string) (err error) {
 	defer repolock.WrapOp(&err, "repostate.Service.Delete")
 	if err := validateTenant(tenantID); err != nil {
@@ -441,7 +494,26 @@ func (s *Service) Delete(ctx context.Context, tenantID, name string) (err error)
 		}
 		reason = reasonFailed
 	}
-	return s.deleteInstance(ctx, tenantID, rec, pred, reason)
+	err = s.deleteInstance(ctx, tenantID, rec, pred, reason)
+	if isPendingDelete(err) {
+		s.log.WarnContext(ctx, "repostate: delete marked the repository but could not finish; the Cleaner completes it",
+			"tenant_id", tenantID, "repository", name, "instance_uid", rec.InstanceUID, "error", err.Error())
+		return nil
+	}
+	return err
+}
+
+// pendingDelete is the failure of a delete step after the record of the
+// instance was marked deleting: the instance is invisible and the Cleaner
+// completes the deletion (it retires every record in the deleting state).
+type pendingDelete struct{ err error }
+
+func (e *pendingDelete) Error() string { return "deletion left to the Cleaner: " + e.err.Error() }
+func (e *pendingDelete) Unwrap() error { return e.err }
+
+func isPendingDelete(err error) bool {
+	var p *pendingDelete
+	return errors.As(err, &p)
 }
 
 // deleteInstance runs the delete flow for the instance rec (read with pred).
@@ -449,58 +521,61 @@ func (s *Service) Delete(ctx context.Context, tenantID, name string) (err error)
 // record is conditional on a predicate of a read that showed this instance.
 // It returns nil once the record of this instance is gone (by this call or
 // a concurrent one that this call took part in), ENotFound if the instance
-// was gone before this call could mark it.
+// was gone before this call could mark it, outcome unknown when the mark
+// may have landed and could not be read back, and a *pendingDelete (a
+// domain error underneath) when a step after the mark failed.
 func (s *Service) deleteInstance(ctx context.Context, tenantID string, rec Repository, pred kv.Predicate, reason string) error {
 	pk, key := reposPartition(tenantID), repoKey(rec.Name)
 	uid := rec.InstanceUID
-	claimed := false
+	// marked: the record of this instance is (known to be) in the deleting
+	// state; from then on every failure is a pending delete.
+	marked := false
+	failed := func(err error) error {
+		if marked {
+			return &pendingDelete{storeErr(err)}
+		}
+		return storeErr(err)
+	}
 	for attempt := 0; attempt < 10; attempt++ {
 		if attempt > 0 {
 			var err error
 			rec, pred, err = s.getRecord(ctx, tenantID, rec.Name)
 			if errors.Is(err, kv.ErrNotFound) || (err == nil && rec.InstanceUID != uid) {
-				if claimed {
+				if marked {
 					return nil
 				}
 				return notFound(rec.Name)
 			}
 			if err != nil {
-				return storeErr(err)
+				return failed(err)
 			}
 		}
 		if rec.State != StateDeleting {
-			marked := rec
-			marked.State = StateDeleting
-			p, err := s.setIf(ctx, pk, key, encode(marked), pred)
+			deleting := rec
+			deleting.State = StateDeleting
+			p, err := s.setIf(ctx, pk, key, encode(deleting), pred)
 			if errors.Is(err, kv.ErrPredicateFailed) {
 				continue
 			}
 			if err != nil {
-				return storeErr(err)
+				return decidingErr(err)
 			}
-			rec, pred = marked, p
+			rec, pred = deleting, p
 		}
-		claimed = true
+		marked = true
 		entry := deletedEntry{Kind: kindInstance, TenantID: tenantID, Name: rec.Name, InstanceUID: uid, Reason: reason, DeletedAt: s.now()}
 		if err := s.set(ctx, []byte(deletedPartition), deletedKey(tenantID, rec.Name, uid), encode(entry)); err != nil {
-			return storeErr(err)
+			return failed(err)
 		}
-		err := s.store.DeleteIf(ctx, pk, key, pred)
-		if err == nil || errors.Is(err, kv.ErrPredicateFailed) {
-			// Gone, or changed: the next round reads which.
-			if err == nil {
-				return nil
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return storeErr(err)
-		}
-		// Ambiguous failure: read whether it landed.
-		if now, _, gerr := s.getRecord(ctx, tenantID, rec.Name); errors.Is(gerr, kv.ErrNotFound) || (gerr == nil && now.InstanceUID != uid) {
+		err := s.deleteIf(ctx, pk, key, pred)
+		switch {
+		case err == nil:
 			return nil
+		case errors.Is(err, kv.ErrPredicateFailed):
+			continue // changed: the next round reads how
+		default:
+			return failed(err)
 		}
-		return storeErr(err)
 	}
-	return repolock.Errorf(repolock.EConflict, "repository %q changed concurrently while being deleted; try again", rec.Name)
+	return failed(repolock.Errorf(repolock.EConflict, "repository %q changed concurrently while being deleted; try again", rec.Name))
 }

@@ -197,6 +197,66 @@ func storeErr(err error) error {
 	return repolock.Wrap(repolock.EInternal, err, "repository state store failed")
 }
 
+// Honest answers from multi-step flows. A flow that writes more than once
+// (Create, Delete, Commit, ...) has one deciding write: the one after which
+// the caller's view changes (the promotion of a new record, the mark of a
+// deleted one, the move of a branch). Before it lands, an error means
+// nothing the caller can see was applied. A deciding write whose outcome
+// cannot be read back answers unavailable with outcome unknown
+// (unknownOutcome), never a plain "try again"; once it has landed, the flow
+// finishes or answers success for what will be finished (a marked delete is
+// completed by the Cleaner).
+
+// ambiguousError is a write that reported a failure that may have happened
+// after it reached the store, and that could not be resolved by reading
+// the key back.
+type ambiguousError struct{ err error }
+
+func (e *ambiguousError) Error() string { return e.err.Error() }
+func (e *ambiguousError) Unwrap() error { return e.err }
+
+// mayHaveLanded reports whether a failed write may have been applied: the
+// connection was lost after the statement could have reached the server,
+// or the deadline expired while it ran. A connection never made (refused,
+// dial error, 57P03 at startup) sent nothing.
+func mayHaveLanded(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	return database.IsConnectionError(err) && errors.Is(database.UnknownOutcome(err), database.ErrCommitOutcomeUnknown)
+}
+
+// decidingErr maps the failure of a flow's deciding write: outcome unknown
+// when it may have landed and could not be read back, else storeErr
+// (nothing applied).
+func decidingErr(err error) error {
+	var amb *ambiguousError
+	if errors.As(err, &amb) && mayHaveLanded(amb.err) {
+		return unknownOutcome(err)
+	}
+	return storeErr(err)
+}
+
+// unknownOutcome is the answer of a flow whose deciding write may or may
+// not have landed: unavailable (503, Retry-After) with the detail
+// outcome: unknown, as the database layer answers for a COMMIT in flight.
+// A cancelled context stays itself (nobody is waiting for the answer).
+func unknownOutcome(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	e := repolock.Wrap(repolock.EUnavailable, err,
+		"the database connection was lost while the change was being applied: the outcome is unknown; re-read before retrying")
+	e.Details = map[string]any{"outcome": "unknown"}
+	return e
+}
+
+// IsUnknownOutcome reports whether err says the outcome of a change is
+// unknown (detail outcome: unknown).
+func IsUnknownOutcome(err error) bool {
+	return repolock.IsCode(err, repolock.EUnavailable) && repolock.ErrorDetails(err)["outcome"] == "unknown"
+}
+
 // cleanupContext returns a context for compensating writes that must run
 // even when the caller's context was cancelled.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {

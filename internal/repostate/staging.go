@@ -34,8 +34,8 @@ func (s *Service) StageObject(ctx context.Context, tenantID, repo, branch, path 
 		return err
 	}
 	pk := []byte(b.StagingToken)
-	if err := s.store.Set(ctx, pk, stagedKey(path), encode(StagedObject{Path: path, Data: data})); err != nil {
-		return storeErr(err)
+	if err := s.set(ctx, pk, stagedKey(path), encode(StagedObject{Path: path, Data: data})); err != nil {
+		return decidingErr(err)
 	}
 	undo := func(ctx context.Context) error { return s.store.Delete(ctx, pk, stagedKey(path)) }
 	if err := s.verifyLive(ctx, in, undo); err != nil {
@@ -48,7 +48,7 @@ func (s *Service) StageObject(ctx context.Context, tenantID, repo, branch, path 
 		return nil
 	}
 	if err != nil && !repolock.IsCode(err, repolock.ENotFound) {
-		return err
+		return unknownOutcome(err) // the write landed; whether it counts could not be read
 	}
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()

@@ -30,7 +30,7 @@ func (s *Service) CreateTag(ctx context.Context, tenantID, repo, name, commitID 
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return Tag{}, repolock.Errorf(repolock.EAlreadyExists, "tag %q already exists in repository %q", name, repo)
 		}
-		return Tag{}, storeErr(err)
+		return Tag{}, decidingErr(err)
 	}
 	if err := s.verifyLive(ctx, in, func(ctx context.Context) error { return s.store.Delete(ctx, in.pk, tagKey(name)) }); err != nil {
 		return Tag{}, err
@@ -91,11 +91,11 @@ func (s *Service) DeleteTag(ctx context.Context, tenantID, repo, name string) (e
 	if err != nil {
 		return storeErr(err)
 	}
-	if err := s.store.DeleteIf(ctx, in.pk, tagKey(name), pred); err != nil {
+	if err := s.deleteIf(ctx, in.pk, tagKey(name), pred); err != nil {
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return tagNotFound(repo, name) // deleted (and perhaps recreated) concurrently
 		}
-		return storeErr(err)
+		return decidingErr(err)
 	}
 	return nil
 }

@@ -4,13 +4,39 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"net"
 	"sync"
+	"syscall"
 
 	"github.com/repolock/repolock/internal/repostate/kv"
 )
 
-// ErrInjected is the error a FaultStore returns for an injected fault.
+// ErrInjected matches (errors.Is) every error a FaultStore returns for an
+// injected fault.
 var ErrInjected = errors.New("kvtest: injected fault")
+
+// InjectedError is the error of an injected fault. It looks like what the
+// database driver returns: a fault before the write is a connection that
+// could not be made (ECONNREFUSED: nothing was sent), a fault after it is a
+// connection reset while the reply was on its way (ECONNRESET: the write
+// may have landed), so code under test can tell the two apart as it can in
+// production (database.UnknownOutcome).
+type InjectedError struct{ Mode FaultMode }
+
+func (e *InjectedError) Error() string {
+	return "kvtest: injected fault (" + e.Mode.String() + " the write): " + e.Unwrap().Error()
+}
+
+// Is makes errors.Is(err, ErrInjected) true.
+func (e *InjectedError) Is(target error) bool { return target == ErrInjected }
+
+// Unwrap returns the system error the fault imitates.
+func (e *InjectedError) Unwrap() error {
+	if e.Mode == FailAfter {
+		return &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+}
 
 // FaultMode says when an injected fault strikes relative to the write.
 type FaultMode int
@@ -144,7 +170,7 @@ func (f *FaultStore) begin(ctx context.Context, op string, pk, key []byte) (run 
 	if mode == FailAfter {
 		return true, true, nil
 	}
-	return false, false, ErrInjected
+	return false, false, &InjectedError{Mode: FailBefore}
 }
 
 // Get implements kv.Store.
@@ -167,7 +193,7 @@ func (f *FaultStore) Set(ctx context.Context, pk, key, value []byte) error {
 		return err
 	}
 	if failAfter {
-		return ErrInjected
+		return &InjectedError{Mode: FailAfter}
 	}
 	return nil
 }
@@ -183,7 +209,7 @@ func (f *FaultStore) SetIf(ctx context.Context, pk, key, value []byte, pred kv.P
 		return nil, err
 	}
 	if failAfter {
-		return nil, ErrInjected
+		return nil, &InjectedError{Mode: FailAfter}
 	}
 	return p, nil
 }
@@ -198,7 +224,7 @@ func (f *FaultStore) Delete(ctx context.Context, pk, key []byte) error {
 		return err
 	}
 	if failAfter {
-		return ErrInjected
+		return &InjectedError{Mode: FailAfter}
 	}
 	return nil
 }
@@ -213,7 +239,7 @@ func (f *FaultStore) DeleteIf(ctx context.Context, pk, key []byte, pred kv.Predi
 		return err
 	}
 	if failAfter {
-		return ErrInjected
+		return &InjectedError{Mode: FailAfter}
 	}
 	return nil
 }
@@ -229,7 +255,7 @@ func (f *FaultStore) DeletePartition(ctx context.Context, pk []byte, batchSize i
 		return n, err
 	}
 	if failAfter {
-		return n, ErrInjected
+		return n, &InjectedError{Mode: FailAfter}
 	}
 	return n, nil
 }
