@@ -66,7 +66,8 @@ type Write struct {
 }
 
 // FaultStore wraps a kv.Store and fails chosen writes. Writes are Set,
-// SetIf, Delete, DeleteIf and DeletePartition calls; reads are never failed.
+// SetIf, Delete, DeleteIf and DeletePartition calls; reads fail only in a
+// full outage (FailAllFrom).
 // It is safe for concurrent use.
 type FaultStore struct {
 	inner kv.Store
@@ -75,6 +76,8 @@ type FaultStore struct {
 	writes  int
 	failAt  int // 0: never
 	outage  bool
+	reads   bool // the outage fails reads too, once it has struck
+	struck  bool
 	mode    FaultMode
 	log     []Write
 	hook    func(ctx context.Context, w Write) error
@@ -98,14 +101,34 @@ func (f *FaultStore) FailNthWrite(n int, mode FaultMode) {
 func (f *FaultStore) FailWritesFrom(n int, mode FaultMode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.failAt, f.outage, f.mode = f.writes+n, true, mode
+	f.failAt, f.outage, f.reads, f.struck, f.mode = f.writes+n, true, false, false, mode
+}
+
+// FailAllFrom is FailWritesFrom that also fails every read once the nth
+// write has struck (refused, as after the database went away): a write
+// whose reply was lost cannot be read back.
+func (f *FaultStore) FailAllFrom(n int, mode FaultMode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAt, f.outage, f.reads, f.struck, f.mode = f.writes+n, true, true, false, mode
+}
+
+// readFault returns the error of a read in a full outage, or nil.
+func (f *FaultStore) readFault() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reads && f.struck {
+		f.injects++
+		return &InjectedError{Mode: FailBefore}
+	}
+	return nil
 }
 
 // Heal stops injecting faults.
 func (f *FaultStore) Heal() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.failAt, f.outage = 0, false
+	f.failAt, f.outage, f.reads, f.struck = 0, false, false, false
 }
 
 // SetHook installs fn, called before every write (outside any lock, so it
@@ -156,6 +179,7 @@ func (f *FaultStore) begin(ctx context.Context, op string, pk, key []byte) (run 
 	}
 	if fault {
 		f.injects++
+		f.struck = true
 	}
 	f.mu.Unlock()
 
@@ -175,11 +199,17 @@ func (f *FaultStore) begin(ctx context.Context, op string, pk, key []byte) (run 
 
 // Get implements kv.Store.
 func (f *FaultStore) Get(ctx context.Context, pk, key []byte) ([]byte, kv.Predicate, error) {
+	if err := f.readFault(); err != nil {
+		return nil, nil, err
+	}
 	return f.inner.Get(ctx, pk, key)
 }
 
 // Scan implements kv.Store.
 func (f *FaultStore) Scan(ctx context.Context, pk, from []byte, pageSize int) iter.Seq2[kv.Entry, error] {
+	if err := f.readFault(); err != nil {
+		return func(yield func(kv.Entry, error) bool) { yield(kv.Entry{}, err) }
+	}
 	return f.inner.Scan(ctx, pk, from, pageSize)
 }
 
