@@ -22,6 +22,7 @@ func runClean(ctx context.Context, e *env, args []string) error {
 	)
 	metrics.register(fs)
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

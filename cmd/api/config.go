@@ -89,6 +89,14 @@ type commonFlags struct {
 	db          dbFlags // dbflags.go
 }
 
+// registerPatience adds --connect-timeout, for the commands that connect
+// and then work (every one but serve, which listens while the database is
+// down and waits for it on its own).
+func (c *commonFlags) registerPatience(fs *flagSet) {
+	fs.DurationVar(&c.db.connectTimeout, "connect-timeout", fs.envDuration("CONNECT_TIMEOUT", DefaultConnectTimeout),
+		"wait this long for an unreachable database (refused, restarting, failing over), retrying with backoff and logging what the command waits for; 0 is one attempt [CONNECT_TIMEOUT]")
+}
+
 func (c *commonFlags) register(fs *flagSet) {
 	// Secrets are read from the environment after parsing, never used as
 	// flag defaults: --help would print them.
@@ -144,6 +152,16 @@ func (c *commonFlags) open(ctx context.Context) (*database.DB, error) {
 	if c.databaseURL == "" {
 		return nil, fmt.Errorf("no database: set DATABASE_URL or --database-url (make run and make test find or start one with scripts/pg-ensure.sh)")
 	}
+	if c.db.connectTimeout < 0 {
+		return nil, &exitError{code: 2, err: fmt.Errorf("--connect-timeout must not be negative")}
+	}
+	if c.db.logger == nil {
+		logger, err := c.logger(c.env)
+		if err != nil {
+			return nil, err
+		}
+		c.db.logger = logger
+	}
 	return c.db.open(ctx, c.databaseURL, database.PoolConfig{})
 }
 
@@ -154,6 +172,7 @@ func (c *commonFlags) connect(ctx context.Context, e *env) (*slog.Logger, *datab
 	if err != nil {
 		return nil, nil, err
 	}
+	c.db.logger = logger
 	db, err := c.open(ctx)
 	if err != nil {
 		return nil, nil, err

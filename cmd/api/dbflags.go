@@ -18,6 +18,11 @@ import (
 //     advisory lock is session-level and so cannot go through such a pooler;
 //   - REPORTS_DATABASE_URL: a read replica for the reporting views.
 type dbFlags struct {
+	// connectTimeout: how long to wait for an unreachable database
+	// (patience.go).
+	connectTimeout time.Duration
+	// logger says what the command waits for; set by commonFlags.
+	logger     *slog.Logger
 	prepared   bool
 	migrateURL string
 	reportsURL string
@@ -62,9 +67,28 @@ func (d *dbFlags) open(ctx context.Context, url string, cfg database.PoolConfig)
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Ping(ctx, 10*time.Second); err != nil {
+	if err := d.patience().ping(ctx, db, "the database"); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("database: ping: %w", err)
+		return nil, err
+	}
+	return db, nil
+}
+
+// patience is how this command waits for the database.
+func (d *dbFlags) patience() patience {
+	return patience{timeout: d.connectTimeout, logger: d.logger}
+}
+
+// openDirect opens a direct pool on url (MIGRATE_DATABASE_URL: prepared
+// statements work there), waiting for it as patience says.
+func (d *dbFlags) openDirect(ctx context.Context, url string) (*database.DB, error) {
+	db, err := database.New(url, database.PoolConfig{MaxOpenConns: 2, MaxIdleConns: 1})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.patience().ping(ctx, db, "the migration database (MIGRATE_DATABASE_URL)"); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return db, nil
 }
@@ -94,8 +118,9 @@ func (c *commonFlags) connectMigration(ctx context.Context, e *env) (*slog.Logge
 	if err != nil {
 		return nil, nil, err
 	}
+	c.db.logger = logger
 	// A direct connection: prepared statements work there.
-	db, err := database.Open(ctx, url, database.PoolConfig{MaxOpenConns: 2, MaxIdleConns: 1})
+	db, err := c.db.openDirect(ctx, url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("MIGRATE_DATABASE_URL: %w", err)
 	}

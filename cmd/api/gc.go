@@ -98,6 +98,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	run.register(fs, "")
 	metrics.register(fs)
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -132,7 +133,15 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.Collect(ctx, opts)
+	// A collection cut by an outage (a failover, a restart) is run again
+	// once the database answers, within --connect-timeout of the failure:
+	// a run is idempotent, and one left holding the lease is skipped.
+	var r gc.Run
+	err = common.db.patience().wait(ctx, "the database, to run the collection again", func(ctx context.Context) error {
+		var err error
+		r, err = c.Collect(ctx, opts)
+		return err
+	})
 	metrics.write(reg, logger)
 	return reportRun(e, r, err)
 }

@@ -213,6 +213,7 @@ func TestGCCommandErrors(t *testing.T) {
 		t.Fatalf("rejected commands recorded %d runs", n)
 	}
 	c.env["DATABASE_URL"] = strings.Replace(c.env["DATABASE_URL"], "127.0.0.1:5432", "127.0.0.1:1", 1)
+	c.env["CONNECT_TIMEOUT"] = "0" // one attempt (TestCommandsWaitForTheDatabase waits)
 	if code, _, errOut := c.run(ctx, "gc"); code != 1 || !strings.HasPrefix(errOut, "api gc: database: ping:") {
 		t.Fatalf("gc without a database: exit %d, stderr %q; want 1", code, errOut)
 	}

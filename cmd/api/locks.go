@@ -16,6 +16,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			"list:  prints the locks of a tenant with their reference counts.")
 	var common commonFlags
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	var common commonFlags
 	all := fs.Bool("all", false, "with down: roll back every migration")
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

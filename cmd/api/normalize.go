@@ -18,6 +18,7 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 			"Exits 1 when any URL is invalid, naming its position and the reason on stderr.", normalize.Version))
 	var common commonFlags
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

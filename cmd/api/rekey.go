@@ -29,6 +29,7 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 		quiet     = fs.Bool("quiet", false, "print no progress on stderr")
 	)
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -87,6 +88,7 @@ func runAlias(ctx context.Context, e *env, args []string) error {
 			"change as JSON. --dry-run prints the plan and changes nothing.")
 	var common commonFlags
 	common.register(fs)
+	common.registerPatience(fs)
 	dryRun := fs.Bool("dry-run", false, "print what the change would move, and its conflicts; change nothing")
 	pos, err := fs.parse(args)
 	if err != nil {

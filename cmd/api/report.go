@@ -22,6 +22,7 @@ func runReport(ctx context.Context, e *env, args []string) error {
 	format := fs.String("format", "table", "table, csv or json")
 	limit := fs.Int("limit", 0, "print at most this many rows (0: all)")
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 	var common commonFlags
 	display := fs.String("display-name", "", "with create: the tenant's display name")
 	common.register(fs)
+	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
