@@ -230,7 +230,9 @@ func honestFlows() []honestFlow {
 		{
 			name:  "StageObject",
 			setup: withRepo,
-			run:   func(e *env, tenant, _ string) error { return e.svc.StageObject(e.ctx, tenant, "repo", "main", "f", []byte("x")) },
+			run: func(e *env, tenant, _ string) error {
+				return e.svc.StageObject(e.ctx, tenant, "repo", "main", "f", []byte("x"))
+			},
 			observe: func(t *testing.T, e *env, clean *repostate.Service, tenant, _ string) string {
 				staged, _, err := clean.ListStaged(e.ctx, tenant, "repo", "main", "", 10)
 				if err != nil {
