@@ -75,6 +75,13 @@ test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_b
 	@set -e; url=$$($(PG_ENSURE)); \
 	TEST_DATABASE_URL="$$url" $(GO) test -tags ha -race -count=1 -timeout 15m -run '^TestHA' -v ./tests/
 
+.PHONY: test-chaos
+test-chaos: ## chaos suite: own Postgres, 3 replicas, 64 clients, pg_terminate_backend / restart -m immediate / kill -9 replica / full stop; Porcupine-checked (~2 min; CHAOS_DURATION=30m CHAOS_STOP=12s for a long run)
+	@set -e; url=$$($(PG_ENSURE)); \
+	TEST_DATABASE_URL="$$url" CHAOS_ARTEFACTS="$${CHAOS_ARTEFACTS:-$(CURDIR)/.artifacts/chaos}" \
+		$(GO) test -tags chaos -count=1 -timeout $${CHAOS_TIMEOUT:-30m} -run '^TestChaos$$' -v ./tests/ 2>&1 | \
+		grep -v '^=== \|"level":"' ; exit $${PIPESTATUS[0]}
+
 .PHONY: bench
 bench: ## run the benchmarks against a real Postgres and print figures and ratios
 	@set -e; url=$$($(PG_TEST)); \

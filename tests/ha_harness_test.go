@@ -1,4 +1,4 @@
-//go:build ha
+//go:build ha || chaos
 
 package tests
 
@@ -53,28 +53,8 @@ func newHACluster(t testing.TB) *haCluster {
 	if _, err := os.Stat(filepath.Join(pgBinDir(), "initdb")); err != nil {
 		t.Fatalf("no PostgreSQL server binaries in %s (install Debian's postgresql, or set PG_BINDIR): %v", pgBinDir(), err)
 	}
-	root, err := os.MkdirTemp("", "repolock-ha-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &haCluster{t: t, root: root}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	// Postgres refuses to run as root: run it as the postgres user.
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root and there is no postgres user to run the servers as: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chmod(root, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(root, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-		c.runAs = []string{"runuser", "-u", "postgres", "--"}
-	}
+	c := newHARoot(t, "repolock-ha-")
+	root := c.root
 	c.primary = &pgNode{name: "primary", dir: filepath.Join(root, "primary"), port: freePort(t), log: filepath.Join(root, "primary.log"), c: c}
 	c.standby = &pgNode{name: "standby", dir: filepath.Join(root, "standby"), port: freePort(t), log: filepath.Join(root, "standby.log"), c: c}
 
@@ -109,6 +89,35 @@ synchronous_standby_names = ''
 
 	// Synchronous: the primary reports the standby as its sync standby.
 	c.waitFor(c.primary, `SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'standby1' AND sync_state = 'sync'`, 60*time.Second)
+	return c
+}
+
+// newHARoot makes the directory the servers live in (removed when t ends)
+// and, when the test runs as root, hands it to the postgres user the
+// servers then run as (Postgres refuses to run as root).
+func newHARoot(t testing.TB, prefix string) *haCluster {
+	t.Helper()
+	root, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &haCluster{t: t, root: root}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root and there is no postgres user to run the servers as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chmod(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(root, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		c.runAs = []string{"runuser", "-u", "postgres", "--"}
+	}
 	return c
 }
 
