@@ -240,6 +240,17 @@ func (l *chaosLoad) client(ctx context.Context, c, keys int) {
 	tenant := l.tenants[ti]
 	var mine []chaosRef // acknowledged, not yet deleted
 	repoSeq := 0
+	// backoff: after an answer that asks to come back later (503, a
+	// transport error), wait a little, as a client honouring Retry-After
+	// with jitter would (shorter, to keep the pressure on).
+	backoff := func(a answer) {
+		if a.err != nil || a.status == http.StatusServiceUnavailable {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(50+rng.IntN(200)) * time.Millisecond):
+			}
+		}
+	}
 	for seq := 0; ctx.Err() == nil; seq++ {
 		replica := (c + seq) % len(l.replicas())
 		p := rng.IntN(100)
@@ -272,6 +283,7 @@ func (l *chaosLoad) client(ctx context.Context, c, keys int) {
 			}
 			l.rec.Return(op, outcome, out, a.status, errText(a))
 			l.note(op.Fault, replica, "POST "+path, a, outcome)
+			backoff(a)
 			if outcome == chaostest.OK {
 				var created struct {
 					ID            string `json:"id"`
@@ -300,6 +312,7 @@ func (l *chaosLoad) client(ctx context.Context, c, keys int) {
 			}
 			l.rec.Return(op, outcome, chaostest.OwnershipOutput{}, a.status, errText(a))
 			l.note(op.Fault, replica, "DELETE "+path, a, outcome)
+			backoff(a)
 			if outcome != chaostest.Failed {
 				// Gone, or perhaps gone: never deleted again (a second
 				// delete of a pending one would be a refusal the model
@@ -325,6 +338,7 @@ func (l *chaosLoad) client(ctx context.Context, c, keys int) {
 			outcome := classify(a)
 			l.rec.Return(op, outcome, nil, a.status, errText(a))
 			l.note(fault, replica, method+" "+path, a, outcome)
+			backoff(a)
 			l.mu.Lock()
 			l.repos[method+" "+strconv.Itoa(a.status)]++
 			l.mu.Unlock()

@@ -25,11 +25,22 @@ type Kind interface {
 	Output(op Op) any
 }
 
+// Pruner is a Kind that can tell, from the rest of the history (a final
+// read), that some operations of unknown outcome had no effect; Check
+// leaves those out, which is what Porcupine would conclude from placing
+// them after the end of the history, at a fraction of the search.
+type Pruner interface {
+	// Unapplied returns the IDs of unknown operations among ops that
+	// provably took no effect.
+	Unapplied(ops []Op) map[int]bool
+}
+
 // Result is the verdict on one kind's history.
 type Result struct {
 	Kind       string
 	Ops        int // operations checked (Failed ones are left out)
 	Pending    int // unknown outcomes, checked as pending operations
+	Unapplied  int // unknown outcomes left out: provably without effect (Pruner)
 	Partitions int
 	Verdict    porcupine.CheckResult
 	info       porcupine.LinearizationInfo
@@ -41,7 +52,12 @@ type Result struct {
 func (r Result) OK() bool { return r.Verdict == porcupine.Ok }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%s: %s (%d operations, %d pending, %d keys)", r.Kind, r.Verdict, r.Ops, r.Pending, r.Partitions)
+	verdict := string(r.Verdict)
+	if r.Verdict == porcupine.Unknown {
+		verdict = "unknown (the check timed out)"
+	}
+	return fmt.Sprintf("%s: %s (%d operations, %d pending, %d unknown ones left out as provably unapplied, %d keys)",
+		r.Kind, verdict, r.Ops, r.Pending, r.Unapplied, r.Partitions)
 }
 
 // Check checks the operations of kind among ops with Porcupine, each key
@@ -50,8 +66,16 @@ func Check(kind Kind, ops []Op, timeout time.Duration) Result {
 	res := Result{Kind: kind.Name(), model: kind.Model()}
 	var global []porcupine.Operation
 	byKey := map[string][]porcupine.Operation{}
+	var unapplied map[int]bool
+	if p, ok := kind.(Pruner); ok {
+		unapplied = p.Unapplied(ops)
+	}
 	for _, op := range ops {
 		if op.Kind != kind.Name() || op.Outcome == Failed {
+			continue
+		}
+		if unapplied[op.ID] {
+			res.Unapplied++
 			continue
 		}
 		res.ops = append(res.ops, op)

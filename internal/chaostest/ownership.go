@@ -148,6 +148,43 @@ func (Ownership) Input(op Op) any {
 // Output implements Kind (everything the step needs is in Input).
 func (Ownership) Output(op Op) any { return op.Outcome }
 
+// Unapplied implements Pruner. A reference is added only by its claim and
+// removed only by its unclaim (the load never unclaims a reference whose
+// claim had no answer), so the final read of its key (the last OK Read)
+// tells: an unknown claim whose reference is not stored had no effect,
+// nor had an unknown unclaim whose reference still is. Without a final
+// read of the key nothing is pruned.
+func (Ownership) Unapplied(ops []Op) map[int]bool {
+	final := map[string]map[string]bool{} // key -> stored refs
+	for _, op := range ops {
+		in, _ := op.Input.(OwnershipInput)
+		if op.Kind == OwnershipKind && in.Op == Read && op.Outcome == OK {
+			out, _ := op.Output.(OwnershipOutput)
+			refs := map[string]bool{}
+			for _, r := range out.Refs {
+				refs[r] = true
+			}
+			final[op.Key] = refs
+		}
+	}
+	drop := map[int]bool{}
+	for _, op := range ops {
+		if op.Kind != OwnershipKind || op.Outcome != Unknown {
+			continue
+		}
+		stored, ok := final[op.Key]
+		if !ok {
+			continue
+		}
+		in, _ := op.Input.(OwnershipInput)
+		switch {
+		case in.Op == Claim && !stored[in.Ref], in.Op == Unclaim && stored[in.Ref]:
+			drop[op.ID] = true
+		}
+	}
+	return drop
+}
+
 // Model implements Kind.
 func (Ownership) Model() porcupine.Model {
 	return porcupine.Model{

@@ -180,3 +180,32 @@ func TestRecorderAndArtefacts(t *testing.T) {
 		t.Fatalf("visualization: %v\n%.300s", err, html)
 	}
 }
+
+// TestOwnershipPruning: unknown operations that the final read proves
+// unapplied are left out, and the verdict is the one Porcupine gives
+// with them in.
+func TestOwnershipPruning(t *testing.T) {
+	const ok, unknown = chaostest.OK, chaostest.Unknown
+	end := int64(1 << 62)
+	steps := []step{
+		claim(0, "A", "a1", ok, "", 0, 10),
+		claim(1, "B", "b1", unknown, "", 5, end),  // never applied: b1 is not stored
+		claim(0, "A", "a2", unknown, "", 20, end), // applied: a2 is stored
+		unclaim(0, "a1", unknown, 30, end),        // applied: a1 is gone
+		read("A", []string{"a2"}, 100, 110),
+	}
+	res := chaostest.Check(chaostest.Ownership{}, history(steps...), 10*time.Second)
+	if !res.OK() || res.Unapplied != 1 || res.Pending != 2 {
+		t.Fatalf("%s: want Ok with 1 left out and 2 pending", res)
+	}
+	// The same unknown claim stored while B's acknowledged claim stands
+	// is a double owner, pruning or not.
+	bad := []step{
+		claim(1, "B", "b1", ok, "", 0, 10),
+		claim(0, "A", "a1", unknown, "", 5, end),
+		read("B", []string{"a1", "b1"}, 100, 110),
+	}
+	if res := chaostest.Check(chaostest.Ownership{}, history(bad...), 10*time.Second); res.Verdict != porcupine.Illegal {
+		t.Fatalf("%s: want Illegal", res)
+	}
+}
