@@ -49,6 +49,7 @@ type chaosLoad struct {
 	badRetry []string // 503s without Retry-After
 	bad500   []string
 	repos    map[string]int // repository answers by status
+	repoKeys map[string]int // tenant/name -> tenant index, for the final reads
 }
 
 type chaosTenant struct {
@@ -84,10 +85,11 @@ func newChaosLoad(rec *chaostest.Recorder, tenants []chaosTenant, replicas func(
 		rec: rec, tenants: tenants, replicas: replicas,
 		// A request may wait for the database (REQUEST_TIMEOUT is 5 s); a
 		// replica killed mid-request is a transport error.
-		hc:     &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
-		stats:  map[string]*faultStats{},
-		perRep: map[int]*replicaStats{},
-		repos:  map[string]int{},
+		hc:       &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		stats:    map[string]*faultStats{},
+		perRep:   map[int]*replicaStats{},
+		repos:    map[string]int{},
+		repoKeys: map[string]int{},
 	}
 }
 
@@ -326,17 +328,28 @@ func (l *chaosLoad) client(ctx context.Context, c, keys int) {
 			if repoSeq%2 == 1 {
 				method, path, body = http.MethodDelete, "/v1/repositories/"+fmt.Sprintf("r%d-%d", c, repoSeq-1), nil
 			}
+			target := fmt.Sprintf("r%d-%d", c, repoSeq-repoSeq%2)
 			repoSeq++
-			fault := ""
-			op := l.rec.Call("repository", c, name, map[string]string{"method": method, "path": path})
-			fault = op.Fault
+			key := tenant.name + "/" + target
+			in := chaostest.ExistenceInput{Op: chaostest.Create}
+			if method == http.MethodDelete {
+				in.Op = chaostest.Delete
+			}
+			l.mu.Lock()
+			l.repoKeys[key] = ti
+			l.mu.Unlock()
+			op := l.rec.Call(chaostest.RepositoryKind, c, key, in)
+			fault := op.Fault
 			a := l.do(ctx, replica, method, path, tenant.token, body)
 			if ctx.Err() != nil && a.err != nil {
 				l.rec.Return(op, chaostest.Unknown, nil, 0, "cancelled at the end of the run")
 				return
 			}
 			outcome := classify(a)
-			l.rec.Return(op, outcome, nil, a.status, errText(a))
+			if (method == http.MethodPost && a.status == http.StatusConflict) || (method == http.MethodDelete && a.status == http.StatusNotFound) {
+				outcome = chaostest.Refused
+			}
+			l.rec.Return(op, outcome, chaostest.ExistenceOutput{}, a.status, errText(a))
 			l.note(fault, replica, method+" "+path, a, outcome)
 			backoff(a)
 			l.mu.Lock()
@@ -359,8 +372,10 @@ func errText(a answer) string {
 // chaosVerdict is what the verifier found.
 type chaosVerdict struct {
 	acked, lost, phantoms, doubleOwners, unknown int
+	endCut                                       int // unknown because the run ended mid-request
 	problems                                     []string
 	result                                       chaostest.Result
+	repos                                        chaostest.Result
 }
 
 // verify reads what is stored (owner and references of every key) on db,
@@ -484,7 +499,36 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 			v.problems = append(v.problems, "phantom: "+ref+" was never asked for")
 		}
 	}
+	for _, op := range ops {
+		if op.Outcome == chaostest.Unknown && op.Error == "cancelled at the end of the run" {
+			v.endCut++
+		}
+	}
 	v.result = chaostest.Check(chaostest.Ownership{}, ops, 2*time.Minute)
+
+	// Repositories: the final read of every name through the API (404
+	// and 410, a deletion the Cleaner completes, are absent).
+	l.mu.Lock()
+	repoKeys := make(map[string]int, len(l.repoKeys))
+	for k, ti := range l.repoKeys {
+		repoKeys[k] = ti
+	}
+	l.mu.Unlock()
+	for key, ti := range repoKeys {
+		_, name, _ := strings.Cut(key, "/")
+		op := l.rec.Call(chaostest.RepositoryKind, 1000, key, chaostest.ExistenceInput{Op: chaostest.Exists})
+		a := l.do(context.Background(), 0, http.MethodGet, "/v1/repositories/"+name, l.tenants[ti].token, nil)
+		switch a.status {
+		case http.StatusOK:
+			l.rec.Return(op, chaostest.OK, chaostest.ExistenceOutput{Present: true}, a.status, "")
+		case http.StatusNotFound, http.StatusGone:
+			l.rec.Return(op, chaostest.OK, chaostest.ExistenceOutput{Present: false}, a.status, "")
+		default:
+			l.rec.Return(op, chaostest.Failed, nil, a.status, errText(a))
+			v.problems = append(v.problems, fmt.Sprintf("final read of repository %s: %d %s", key, a.status, errText(a)))
+		}
+	}
+	v.repos = chaostest.Check(chaostest.Existence{Kind: chaostest.RepositoryKind}, l.rec.Ops(), 2*time.Minute)
 	return v
 }
 
@@ -515,9 +559,10 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", total.requests, total.acked, total.unknown, total.s500, total.s503, total.s503NoRetry, total.transport)
 	tw.Flush()
-	fmt.Fprintf(&b, "\nacknowledged writes %d, lost %d, phantoms %d, double owners %d, unknown outcomes %d (reported, not failed)\n",
-		v.acked, v.lost, v.phantoms, v.doubleOwners, v.unknown)
+	fmt.Fprintf(&b, "\nownership: acknowledged writes %d, lost %d, phantoms %d, double owners %d, unknown outcomes %d (%d of them cut by the end of the run; reported, not failed)\n",
+		v.acked, v.lost, v.phantoms, v.doubleOwners, v.unknown, v.endCut)
 	fmt.Fprintf(&b, "Porcupine: %s\n", v.result)
+	fmt.Fprintf(&b, "Porcupine: %s\n", v.repos)
 	reps := make([]int, 0, len(l.perRep))
 	for r := range l.perRep {
 		reps = append(reps, r)
@@ -543,7 +588,7 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 	bad500, badRetry := l.bad500, l.badRetry
 	l.mu.Unlock()
 
-	failed := v.lost > 0 || v.phantoms > 0 || v.doubleOwners > 0 || !v.result.OK() || total.s500 > 0 || total.s503NoRetry > 0
+	failed := v.lost > 0 || v.phantoms > 0 || v.doubleOwners > 0 || !v.result.OK() || !v.repos.OK() || total.s500 > 0 || total.s503NoRetry > 0
 	if failed {
 		for _, p := range v.problems {
 			fmt.Fprintln(&b, "  "+p)
@@ -561,7 +606,8 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 				f.Close()
 			}
 			paths, err := v.result.SaveArtefacts(artefacts)
-			fmt.Fprintf(&b, "artefacts (histories, Porcupine's visualization): %s %v %v\n", artefacts, paths, err)
+			more, err2 := v.repos.SaveArtefacts(artefacts)
+			fmt.Fprintf(&b, "artefacts (histories, Porcupine's visualization): %s %v %v\n", artefacts, append(paths, more...), errors.Join(err, err2))
 		}
 	}
 	t.Log("\n" + b.String())

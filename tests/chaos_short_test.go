@@ -55,6 +55,7 @@ func TestChaosShort(t *testing.T) {
 	}
 	proxy.Reset()
 	load.faultEnded(len(urls))
+	time.Sleep(time.Second) // the second after a fault counts as the fault's
 	rec.SetFault("")
 	time.Sleep(2 * time.Second) // load after it
 	cancel()

@@ -18,8 +18,8 @@ import (
 
 // TestChaos is make test-chaos: its own Postgres (initdb on a free port),
 // three replicas of the real binary, CHAOS_CLIENTS clients (default 64)
-// and the four faults, in cycles until CHAOS_DURATION (default 30s: one
-// cycle, about a minute) has passed:
+// and the four faults, in cycles until CHAOS_DURATION (default 75s: two
+// cycles, about two minutes in all) has passed:
 //
 //  1. rounds of pg_terminate_backend on every client backend;
 //  2. pg_ctl restart -m immediate;
@@ -32,7 +32,7 @@ import (
 // table; a failure saves the histories and Porcupine's visualization in
 // CHAOS_ARTEFACTS (default .artifacts/chaos).
 func TestChaos(t *testing.T) {
-	duration := chaosEnvDuration(t, "CHAOS_DURATION", 30*time.Second)
+	duration := chaosEnvDuration(t, "CHAOS_DURATION", 75*time.Second)
 	stopFor := chaosEnvDuration(t, "CHAOS_STOP", 5*time.Second)
 	clients := chaosEnvInt(t, "CHAOS_CLIENTS", 64)
 	rounds := chaosEnvInt(t, "CHAOS_TERMINATE_ROUNDS", 10)

@@ -209,3 +209,30 @@ func TestOwnershipPruning(t *testing.T) {
 		t.Fatalf("%s: want Illegal", res)
 	}
 }
+
+// TestExistenceModel: repositories created and deleted by name.
+func TestExistenceModel(t *testing.T) {
+	const ok, refused, unknown = chaostest.OK, chaostest.Refused, chaostest.Unknown
+	kind := chaostest.Existence{Kind: chaostest.RepositoryKind}
+	op := func(id int, in string, outcome chaostest.Outcome, present bool, call, ret int64) chaostest.Op {
+		return chaostest.Op{ID: id, Kind: chaostest.RepositoryKind, Key: "t/r", Input: chaostest.ExistenceInput{Op: in},
+			Output: chaostest.ExistenceOutput{Present: present}, Outcome: outcome, Call: call, Return: ret}
+	}
+	end := int64(1 << 62)
+	tests := []struct {
+		name string
+		ops  []chaostest.Op
+		want porcupine.CheckResult
+	}{
+		{"create, delete, gone", []chaostest.Op{op(0, chaostest.Create, ok, false, 0, 10), op(1, chaostest.Delete, ok, false, 20, 30), op(2, chaostest.Exists, ok, false, 40, 50)}, porcupine.Ok},
+		{"acknowledged delete still there", []chaostest.Op{op(0, chaostest.Create, ok, false, 0, 10), op(1, chaostest.Delete, ok, false, 20, 30), op(2, chaostest.Exists, ok, true, 40, 50)}, porcupine.Illegal},
+		{"nothing applied, yet deleted", []chaostest.Op{op(0, chaostest.Create, ok, false, 0, 10), op(1, chaostest.Delete, chaostest.Failed, false, 20, 30), op(2, chaostest.Exists, ok, false, 40, 50)}, porcupine.Illegal},
+		{"unknown delete, deleted", []chaostest.Op{op(0, chaostest.Create, ok, false, 0, 10), op(1, chaostest.Delete, unknown, false, 20, end), op(2, chaostest.Exists, ok, false, 40, 50)}, porcupine.Ok},
+		{"delete of a missing one refused", []chaostest.Op{op(0, chaostest.Create, unknown, false, 0, end), op(1, chaostest.Delete, refused, false, 20, 30), op(2, chaostest.Exists, ok, false, 40, 50)}, porcupine.Ok},
+	}
+	for _, tt := range tests {
+		if res := chaostest.Check(kind, tt.ops, 10*time.Second); res.Verdict != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, res, tt.want)
+		}
+	}
+}
