@@ -65,8 +65,14 @@ type faultStats struct {
 type replicaStats struct {
 	ok, failed  int
 	faultEnded  time.Time
+	fault       string // the fault that ended
 	recoveredAt time.Time
-	recoveries  []time.Duration
+	recoveries  []recovery
+}
+
+type recovery struct {
+	fault string
+	took  time.Duration
 }
 
 // chaosRepos are the repositories of the load; each is spelled four ways.
@@ -191,16 +197,16 @@ func (l *chaosLoad) note(fault string, replica int, what string, a answer, outco
 		rs.ok++
 		if !rs.faultEnded.IsZero() && rs.recoveredAt.IsZero() {
 			rs.recoveredAt = time.Now()
-			rs.recoveries = append(rs.recoveries, rs.recoveredAt.Sub(rs.faultEnded))
+			rs.recoveries = append(rs.recoveries, recovery{rs.fault, rs.recoveredAt.Sub(rs.faultEnded)})
 		}
 	} else {
 		rs.failed++
 	}
 }
 
-// faultEnded marks the end of a fault: each replica's next success after
-// now is its recovery.
-func (l *chaosLoad) faultEnded(replicas int) {
+// faultEnded marks the end of the fault name: each replica's next success
+// after now is its recovery.
+func (l *chaosLoad) faultEnded(replicas int, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
@@ -210,7 +216,7 @@ func (l *chaosLoad) faultEnded(replicas int) {
 			rs = &replicaStats{}
 			l.perRep[i] = rs
 		}
-		rs.faultEnded, rs.recoveredAt = now, time.Time{}
+		rs.faultEnded, rs.fault, rs.recoveredAt = now, name, time.Time{}
 	}
 }
 
@@ -372,7 +378,8 @@ func errText(a answer) string {
 // chaosVerdict is what the verifier found.
 type chaosVerdict struct {
 	acked, lost, phantoms, doubleOwners, unknown int
-	endCut                                       int // unknown because the run ended mid-request
+	endCut                                       int                // unknown because the run ended mid-request
+	byFault                                      map[string]*[3]int // lost, phantoms, double owners by the fault of the request
 	problems                                     []string
 	result                                       chaostest.Result
 	repos                                        chaostest.Result
@@ -384,7 +391,16 @@ type chaosVerdict struct {
 // owners.
 func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 	t.Helper()
-	var v chaosVerdict
+	v := chaosVerdict{byFault: map[string]*[3]int{}}
+	blame := func(fault string, i int) {
+		if fault == "" {
+			fault = "none"
+		}
+		if v.byFault[fault] == nil {
+			v.byFault[fault] = &[3]int{}
+		}
+		v.byFault[fault][i]++
+	}
 	stored := map[string]map[string]string{} // key -> ref -> tenant
 	owners := map[string]string{}
 	rows, err := db.Query(`
@@ -418,16 +434,6 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 	}
 	rows.Close()
 
-	// Double owners: a reference of a tenant other than the key's owner,
-	// or a reference without a lock.
-	for key, refs := range stored {
-		for ref, tenant := range refs {
-			if owners[key] != tenant {
-				v.doubleOwners++
-				v.problems = append(v.problems, fmt.Sprintf("double owner: %s on %s, owned by %q", ref, key, owners[key]))
-			}
-		}
-	}
 	// Final reads, then the check.
 	for i := range keys {
 		key, _ := chaosSpellings(i)
@@ -444,8 +450,8 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 	// not under a delete of unknown outcome), phantoms (stored, but
 	// answered "nothing applied" or never asked).
 	type fate struct {
-		created       chaostest.Outcome
-		deleteOutcome chaostest.Outcome
+		created, deleteOutcome chaostest.Outcome
+		fault, deleteFault     string
 	}
 	fates := map[string]*fate{}
 	for _, op := range ops {
@@ -455,7 +461,7 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 		in := op.Input.(chaostest.OwnershipInput)
 		switch in.Op {
 		case chaostest.Claim:
-			fates[in.Ref] = &fate{created: op.Outcome}
+			fates[in.Ref] = &fate{created: op.Outcome, fault: op.Fault}
 			if op.Outcome == chaostest.OK {
 				v.acked++
 			}
@@ -464,7 +470,7 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 			}
 		case chaostest.Unclaim:
 			if f := fates[in.Ref]; f != nil {
-				f.deleteOutcome = op.Outcome
+				f.deleteOutcome, f.deleteFault = op.Outcome, op.Fault
 			}
 			if op.Outcome == chaostest.OK {
 				v.acked++
@@ -481,22 +487,42 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 		}
 	}
 	for ref, f := range fates {
+		deleted := f.deleteOutcome == chaostest.OK || f.deleteOutcome == chaostest.Unknown
 		switch {
-		case f.created == chaostest.OK && f.deleteOutcome == "" && !storedRef[ref]:
+		case f.created == chaostest.OK && !deleted && !storedRef[ref]:
 			v.lost++
+			blame(f.fault, 0)
 			v.problems = append(v.problems, "lost: acknowledged "+ref+" is not stored")
 		case f.deleteOutcome == chaostest.OK && storedRef[ref]:
 			v.lost++
+			blame(f.deleteFault, 0)
 			v.problems = append(v.problems, "lost: acknowledged delete of "+ref+" is still stored")
 		case (f.created == chaostest.Failed || f.created == chaostest.Refused) && storedRef[ref]:
 			v.phantoms++
+			blame(f.fault, 1)
 			v.problems = append(v.problems, fmt.Sprintf("phantom: %s answered %s is stored", ref, f.created))
 		}
 	}
 	for ref := range storedRef {
 		if fates[ref] == nil {
 			v.phantoms++
+			blame("", 1)
 			v.problems = append(v.problems, "phantom: "+ref+" was never asked for")
+		}
+	}
+	// Double owners: a reference of a tenant other than its key's owner,
+	// or a reference without a lock.
+	for key, refs := range stored {
+		for ref, tenant := range refs {
+			if owners[key] != tenant {
+				v.doubleOwners++
+				fault := ""
+				if f := fates[ref]; f != nil {
+					fault = f.fault
+				}
+				blame(fault, 2)
+				v.problems = append(v.problems, fmt.Sprintf("double owner: %s on %s, owned by %q", ref, key, owners[key]))
+			}
 		}
 	}
 	for _, op := range ops {
@@ -538,8 +564,14 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 	t.Helper()
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\trequests\tacknowledged\tunknown\t500s\t503s\t503s without Retry-After\ttransport errors\t")
+	fmt.Fprintln(tw, "fault\trequests\tacknowledged\tunknown\tlost\tphantoms\tdouble owners\t500s\t503s\t503s without Retry-After\ttransport errors\trecovery (slowest replica)\t")
 	l.mu.Lock()
+	slowest := map[string]time.Duration{}
+	for _, rs := range l.perRep {
+		for _, r := range rs.recoveries {
+			slowest[r.fault] = max(slowest[r.fault], r.took)
+		}
+	}
 	faults := make([]string, 0, len(l.stats))
 	for f := range l.stats {
 		faults = append(faults, f)
@@ -548,7 +580,15 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 	var total faultStats
 	for _, f := range faults {
 		s := l.stats[f]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", f, s.requests, s.acked, s.unknown, s.s500, s.s503, s.s503NoRetry, s.transport)
+		bad := v.byFault[f]
+		if bad == nil {
+			bad = &[3]int{}
+		}
+		rec := "-"
+		if d, ok := slowest[f]; ok {
+			rec = d.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", f, s.requests, s.acked, s.unknown, bad[0], bad[1], bad[2], s.s500, s.s503, s.s503NoRetry, s.transport, rec)
 		total.requests += s.requests
 		total.acked += s.acked
 		total.unknown += s.unknown
@@ -557,7 +597,7 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 		total.s503NoRetry += s.s503NoRetry
 		total.transport += s.transport
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", total.requests, total.acked, total.unknown, total.s500, total.s503, total.s503NoRetry, total.transport)
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\n", total.requests, total.acked, total.unknown, v.lost, v.phantoms, v.doubleOwners, total.s500, total.s503, total.s503NoRetry, total.transport)
 	tw.Flush()
 	fmt.Fprintf(&b, "\nownership: acknowledged writes %d, lost %d, phantoms %d, double owners %d, unknown outcomes %d (%d of them cut by the end of the run; reported, not failed)\n",
 		v.acked, v.lost, v.phantoms, v.doubleOwners, v.unknown, v.endCut)
@@ -571,10 +611,10 @@ func (l *chaosLoad) report(t testing.TB, v chaosVerdict, artefacts string, batch
 	for _, r := range reps {
 		rs := l.perRep[r]
 		var ms []string
-		for _, d := range rs.recoveries {
-			ms = append(ms, d.Round(time.Millisecond).String())
+		for _, r := range rs.recoveries {
+			ms = append(ms, fmt.Sprintf("%s %s", r.fault, r.took.Round(time.Millisecond)))
 		}
-		fmt.Fprintf(&b, "replica %d: %d answered, %d failed; recovery after each fault: %s\n", r, rs.ok, rs.failed, strings.Join(ms, " "))
+		fmt.Fprintf(&b, "replica %d: %d answered, %d failed; recovery after each fault: %s\n", r, rs.ok, rs.failed, strings.Join(ms, ", "))
 	}
 	repos := make([]string, 0, len(l.repos))
 	for k, n := range l.repos {

@@ -54,7 +54,7 @@ func TestChaosShort(t *testing.T) {
 	case <-time.After(5 * time.Second):
 	}
 	proxy.Reset()
-	load.faultEnded(len(urls))
+	load.faultEnded(len(urls), "connections reset")
 	time.Sleep(time.Second) // the second after a fault counts as the fault's
 	rec.SetFault("")
 	time.Sleep(2 * time.Second) // load after it

@@ -91,7 +91,7 @@ func TestChaos(t *testing.T) {
 		t.Logf("fault: %s", name)
 		rec.SetFault(name)
 		do()
-		load.faultEnded(len(replicas))
+		load.faultEnded(len(replicas), name)
 		pause(3 * time.Second) // the window after a fault counts as the fault's
 		rec.SetFault("")
 	}
