@@ -70,7 +70,15 @@ func TestChaos(t *testing.T) {
 		name := fmt.Sprintf("tenant-%d", i)
 		tenants = append(tenants, chaosTenant{name: name, token: replicas[0].createTenant(t, name)})
 	}
-	logPath := filepath.Join(t.TempDir(), "requests.jsonl")
+	// Every request and answer, kept after the run (the artefacts
+	// directory, emptied first).
+	if err := os.RemoveAll(artefacts); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(artefacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(artefacts, "requests-log.jsonl")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
