@@ -125,8 +125,13 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	svc, err := loadServices(ctx, db)
-	if err != nil {
+	wait := common.db.patience()
+	var svc *services
+	if err := wait.wait(ctx, "the database, to load the keying rules", func(ctx context.Context) error {
+		var err error
+		svc, err = loadServices(ctx, db)
+		return err
+	}); err != nil {
 		return err
 	}
 	c, err := newCollector(db, svc, logger, reg, ret)
@@ -137,7 +142,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	// once the database answers, within --connect-timeout of the failure:
 	// a run is idempotent, and one left holding the lease is skipped.
 	var r gc.Run
-	err = common.db.patience().wait(ctx, "the database, to run the collection again", func(ctx context.Context) error {
+	err = wait.wait(ctx, "the database, to run the collection again", func(ctx context.Context) error {
 		var err error
 		r, err = c.Collect(ctx, opts)
 		return err
