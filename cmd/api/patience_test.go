@@ -114,7 +114,9 @@ func TestGCWaitsThroughAnOutage(t *testing.T) {
 		var out, errb syncBuffer
 		e := &env{stdout: &out, stderr: &errb, getenv: func(k string) string { return c.env[k] }}
 		exited := make(chan int, 1)
-		go func() { exited <- run(context.Background(), e, []string{"gc", "--min-age", "1m", "--batch-size", "100"}) }()
+		go func() {
+			exited <- run(context.Background(), e, []string{"gc", "--min-age", "1m", "--batch-size", "100"})
+		}()
 		errb.waitForLine(t, exited, "gc: run started")
 		proxy.Refuse() // the database goes away mid-run (a reset alone is retried by the pool)
 		errb.waitForLine(t, exited, "waiting for the database", "to run the collection again")
