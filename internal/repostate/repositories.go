@@ -98,9 +98,13 @@ func (s *Service) setIf(ctx context.Context, pk, key, value []byte, pred kv.Pred
 	case gerr == nil && bytes.Equal(got, value):
 		s.log.WarnContext(ctx, "repostate: write reported failure but landed", "partition", string(pk), "key", string(key), "error", err.Error())
 		return gp, nil
-	case gerr == nil || errors.Is(gerr, kv.ErrNotFound):
-		return nil, err // read back: it did not land
+	case pred == nil && errors.Is(gerr, kv.ErrNotFound), pred != nil && gerr == nil && reflect.DeepEqual(gp, pred):
+		// Still absent, or still at the version the write was
+		// conditioned on: it did not land.
+		return nil, err
 	}
+	// Unreadable, or changed since (by this write, then another one, or
+	// by another one alone): it may have landed.
 	return nil, &ambiguousError{err}
 }
 
@@ -113,13 +117,11 @@ func (s *Service) set(ctx context.Context, pk, key, value []byte) error {
 	if ctx.Err() != nil {
 		return &ambiguousError{err}
 	}
-	got, _, gerr := s.store.Get(ctx, pk, key)
-	switch {
-	case gerr == nil && bytes.Equal(got, value):
+	if got, _, gerr := s.store.Get(ctx, pk, key); gerr == nil && bytes.Equal(got, value) {
 		return nil
-	case gerr == nil || errors.Is(gerr, kv.ErrNotFound):
-		return err
 	}
+	// Unreadable, absent or another value: it may have landed and been
+	// overwritten or deleted since.
 	return &ambiguousError{err}
 }
 
