@@ -42,6 +42,9 @@ type chaosLoad struct {
 	tenants  []chaosTenant
 	replicas func() []string // the replicas' current URLs
 	hc       *http.Client
+	// checkTimeout bounds each Porcupine check (a timeout fails the run
+	// as "unknown": raise it for long runs).
+	checkTimeout time.Duration
 
 	mu       sync.Mutex
 	stats    map[string]*faultStats // by fault label
@@ -91,11 +94,12 @@ func newChaosLoad(rec *chaostest.Recorder, tenants []chaosTenant, replicas func(
 		rec: rec, tenants: tenants, replicas: replicas,
 		// A request may wait for the database (REQUEST_TIMEOUT is 5 s); a
 		// replica killed mid-request is a transport error.
-		hc:       &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
-		stats:    map[string]*faultStats{},
-		perRep:   map[int]*replicaStats{},
-		repos:    map[string]int{},
-		repoKeys: map[string]int{},
+		hc:           &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		stats:        map[string]*faultStats{},
+		checkTimeout: 2 * time.Minute,
+		perRep:       map[int]*replicaStats{},
+		repos:        map[string]int{},
+		repoKeys:     map[string]int{},
 	}
 }
 
@@ -530,7 +534,7 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 			v.endCut++
 		}
 	}
-	v.result = chaostest.Check(chaostest.Ownership{}, ops, 2*time.Minute)
+	v.result = chaostest.Check(chaostest.Ownership{}, ops, l.checkTimeout)
 
 	// Repositories: the final read of every name through the API (404
 	// and 410, a deletion the Cleaner completes, are absent).
@@ -554,7 +558,7 @@ func (l *chaosLoad) verify(t testing.TB, db *sql.DB, keys int) chaosVerdict {
 			v.problems = append(v.problems, fmt.Sprintf("final read of repository %s: %d %s", key, a.status, errText(a)))
 		}
 	}
-	v.repos = chaostest.Check(chaostest.Existence{Kind: chaostest.RepositoryKind}, l.rec.Ops(), 2*time.Minute)
+	v.repos = chaostest.Check(chaostest.Existence{Kind: chaostest.RepositoryKind}, l.rec.Ops(), l.checkTimeout)
 	return v
 }
 

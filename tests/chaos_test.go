@@ -27,6 +27,8 @@ import (
 //  4. a full stop of the database for CHAOS_STOP (default 5s; 12s for
 //     a long run).
 //
+// CHAOS_CHECK_TIMEOUT (default 10m) bounds each Porcupine check.
+//
 // The verifier then compares what was acknowledged with what is stored,
 // checks every key's ownership history with Porcupine and prints the
 // table; a failure saves the histories and Porcupine's visualization in
@@ -86,6 +88,7 @@ func TestChaos(t *testing.T) {
 	defer logFile.Close()
 	rec := chaostest.NewRecorder(logFile)
 	load := newChaosLoad(rec, tenants, current)
+	load.checkTimeout = chaosEnvDuration(t, "CHAOS_CHECK_TIMEOUT", 10*time.Minute)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
