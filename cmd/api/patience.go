@@ -31,10 +31,11 @@ type patience struct {
 }
 
 // wait runs try until it succeeds, fails with an error that is not a
-// connection error, or the deadline passes (then the last error).
+// connection error, or the timeout has passed since its first failure
+// (then the last error): a long collection cut near its end still waits
+// the whole timeout for the database.
 func (p patience) wait(ctx context.Context, what string, try func(ctx context.Context) error) error {
-	start := time.Now()
-	deadline := start.Add(p.timeout)
+	var start, deadline time.Time
 	for attempt := 1; ; attempt++ {
 		err := try(ctx)
 		if err == nil {
@@ -45,6 +46,10 @@ func (p patience) wait(ctx context.Context, what string, try func(ctx context.Co
 		}
 		if !retryableOutage(err) || ctx.Err() != nil {
 			return err
+		}
+		if attempt == 1 {
+			start = time.Now()
+			deadline = start.Add(p.timeout)
 		}
 		delay := connectRetry.Delay(attempt)
 		left := time.Until(deadline)
