@@ -84,7 +84,11 @@ func decode(b []byte, v any, what string) error {
 // key holds exactly the bytes written. Every value written through it is
 // unique to its writer (records carry a fresh instance uid, commits are
 // content-addressed, branches carry a fresh staging token or commit id), so
-// equal bytes mean the write landed.
+// equal bytes mean the write landed. The key still absent (an insert) or
+// still at the version the write was conditioned on means it did not; any
+// other read (none, a newer version) returns the error as an
+// *ambiguousError, which a flow's deciding write answers as outcome
+// unknown (decidingErr).
 func (s *Service) setIf(ctx context.Context, pk, key, value []byte, pred kv.Predicate) (kv.Predicate, error) {
 	p, err := s.store.SetIf(ctx, pk, key, value, pred)
 	if err == nil || errors.Is(err, kv.ErrPredicateFailed) {
