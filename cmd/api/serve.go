@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
@@ -254,10 +255,14 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		logger.Warn("ADMIN_TOKEN is not set: generated a random admin token for this process only (development only; set ADMIN_TOKEN in production)",
 			"admin_token", adminToken)
 	}
+	// One throttle of failed authentications for the API and the
+	// console: an address has one budget on both.
+	guard := authguard.New(authguard.Defaults())
 	s.http, err = httpapi.New(httpapi.Config{
 		DB:             s.db,
 		Logger:         logger,
 		AdminToken:     adminToken,
+		AuthGuard:      guard,
 		RequestTimeout: cfg.RequestTimeout,
 		RateLimit:      cfg.RateLimit,
 		RateBurst:      cfg.RateBurst,
@@ -276,7 +281,7 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken,
+	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken, AuthGuard: guard,
 		Collector: s.collector, Sync: s.sync, ReportsDB: s.reportsDB,
 		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps})
 	if err != nil {

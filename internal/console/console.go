@@ -21,13 +21,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
-
+	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/locks"
@@ -38,13 +39,6 @@ import (
 // Prefix is where the console is mounted.
 const Prefix = "/ui"
 
-// Sign-in attempts allowed per process: SignInBurst at once, then
-// SignInRate per second.
-const (
-	SignInRate  rate.Limit = 1
-	SignInBurst int        = 10
-)
-
 // DefaultSessionTTL is how long a sign-in lasts.
 const DefaultSessionTTL = 12 * time.Hour
 
@@ -52,8 +46,17 @@ const DefaultSessionTTL = 12 * time.Hour
 type Config struct {
 	DB     *database.DB
 	Logger *slog.Logger
-	// AdminToken is the token operators sign in with. Required.
+	// AdminToken is the token operators sign in with. Required. A session
+	// is bound to the token that opened it: once the process runs with
+	// another token, the sessions opened with the old one are refused.
 	AdminToken string
+	// AuthGuard throttles failed sign-ins per client address and globally
+	// (internal/authguard); cmd/api shares one with the HTTP API, so an
+	// address has one budget on both. Required.
+	AuthGuard *authguard.Guard
+	// TrustForwardedFor counts sign-in failures against the address a
+	// trusted proxy appended to X-Forwarded-For (authguard.ClientAddr).
+	TrustForwardedFor bool
 	// Collector runs the GC for "dry run now" and "run now": the process's
 	// one collector (cmd/api wires the same one into the API and the loop,
 	// so console runs show in the GC metrics). Required.
@@ -73,9 +76,10 @@ type Config struct {
 	ReportsDB *database.DB
 	// SessionTTL is the server-side lifetime of a session (default 12 h).
 	SessionTTL time.Duration
-	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (Secure
-	// cookies) for deployments behind a TLS-terminating proxy. Only enable
-	// it when the proxy always sets the header.
+	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (Secure,
+	// __Host- cookies and HSTS) for deployments behind a TLS-terminating
+	// proxy (serve: TRUST_FORWARDED_PROTO). Only enable it when the proxy
+	// always sets the header.
 	TrustForwardedProto bool
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
@@ -86,10 +90,10 @@ type Config struct {
 // Console is the console's http.Handler.
 type Console struct {
 	cfg Config
-	// signIns limits sign-in attempts (all of them, per process), so the
-	// admin token cannot be guessed at network speed.
-	signIns *rate.Limiter
-	data    *data
+	// tokenKey is the key sessions are bound to the admin token with
+	// (bindingOf).
+	tokenKey []byte
+	data     *data
 	mux     *http.ServeMux
 	pages   map[string]*template.Template
 }
@@ -108,6 +112,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.AdminToken == "" {
 		return nil, errors.New("console: Config.AdminToken is required")
 	}
+	if cfg.AuthGuard == nil {
+		return nil, errors.New("console: Config.AuthGuard is required")
+	}
 	if cfg.Collector == nil || cfg.Sync == nil || cfg.Tenants == nil || cfg.Locks == nil || cfg.Apps == nil {
 		return nil, errors.New("console: Config.Collector, Config.Sync, Config.Tenants, Config.Locks and Config.Apps are required")
 	}
@@ -123,8 +130,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 50
 	}
-	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux(),
-		signIns: rate.NewLimiter(SignInRate, SignInBurst)}
+	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux(), tokenKey: tokenKey(cfg.AdminToken)}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}
@@ -220,7 +226,51 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
 		h.Set("Cache-Control", "no-store")
 	}
+	if msg := checkAddress(r); msg != "" {
+		c.errorPage(w, r, nil, http.StatusBadRequest, msg)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// checkAddress returns why r's path or query is not text
+// (repolock.ValidateText: invalid UTF-8, NUL, control characters), or "".
+// Every path value and query parameter of every page passes it before any
+// handler runs, so none reaches a statement.
+func checkAddress(r *http.Request) string {
+	if err := repolock.ValidateText("The address", r.URL.Path, repolock.SingleLine); err != nil {
+		return repolock.ErrorMessage(err) + "."
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return "The address's query is not validly escaped."
+	}
+	for name, vs := range q {
+		if err := repolock.ValidateText("A query parameter name", name, repolock.SingleLine); err != nil {
+			return repolock.ErrorMessage(err) + "."
+		}
+		for _, v := range vs {
+			if err := repolock.ValidateText("The query parameter "+name, v, repolock.SingleLine); err != nil {
+				return repolock.ErrorMessage(err) + "."
+			}
+		}
+	}
+	return ""
+}
+
+// checkForm is checkAddress for the fields of a posted form.
+func checkForm(r *http.Request) string {
+	if err := r.ParseForm(); err != nil {
+		return "The form is not validly encoded."
+	}
+	for name, vs := range r.PostForm {
+		for _, v := range vs {
+			if err := repolock.ValidateText("The field "+name, v, repolock.SingleLine); err != nil {
+				return repolock.ErrorMessage(err) + "."
+			}
+		}
+	}
+	return ""
 }
 
 // staticHandler serves the embedded assets; they change only with the
@@ -263,6 +313,10 @@ func (c *Console) auth(next handlerFunc) http.HandlerFunc {
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			if !checkCSRF(r, s) {
 				c.errorPage(w, r, s, http.StatusForbidden, "The form's CSRF token is missing or wrong. Reload the page and try again.")
+				return
+			}
+			if msg := checkForm(r); msg != "" {
+				c.errorPage(w, r, s, http.StatusBadRequest, msg)
 				return
 			}
 		}

@@ -54,10 +54,12 @@ var codeByStatus = map[int]repolock.Code{
 }
 
 // allowedMethods lists the methods that have a real (not catch-all) route for
-// the request's path.
+// the request's path: the path the router routed (the escaped one when the
+// request has escapes Go would not produce itself, echo.GetPath), so that
+// Allow names only methods that would really be served.
 func (s *Server) allowedMethods(c echo.Context) []string {
 	var allowed []string
-	path := c.Request().URL.Path
+	path := echo.GetPath(c.Request())
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == c.Request().Method {
 			continue
