@@ -94,8 +94,8 @@ type Console struct {
 	// (bindingOf).
 	tokenKey []byte
 	data     *data
-	mux     *http.ServeMux
-	pages   map[string]*template.Template
+	mux      *http.ServeMux
+	pages    map[string]*template.Template
 }
 
 //go:embed templates/*.html
