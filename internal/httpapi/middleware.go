@@ -51,11 +51,28 @@ func requestID(c echo.Context) string { return c.Response().Header().Get(headerR
 func (s *Server) middlewares() []echo.MiddlewareFunc {
 	return []echo.MiddlewareFunc{
 		s.requestID,
+		s.strictTransport,
 		s.accessLog,
 		s.recoverPanic,
 		s.limitBody,
 		s.timeout,
 		s.checkParams,
+	}
+}
+
+// HSTS is the Strict-Transport-Security of every response over TLS.
+const HSTS = "max-age=31536000"
+
+// strictTransport adds HSTS to responses over TLS: the server's own
+// listener (TLS_CERT_FILE), or a proxy's when Config.TrustForwardedProto.
+// Browsers ignore it over plain HTTP, where it is not sent.
+func (s *Server) strictTransport(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.TLS != nil || (s.cfg.TrustForwardedProto && strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")) {
+			c.Response().Header().Set("Strict-Transport-Security", HSTS)
+		}
+		return next(c)
 	}
 }
 

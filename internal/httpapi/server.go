@@ -43,6 +43,10 @@ type Config struct {
 	// proxy appended to X-Forwarded-For instead of the peer's
 	// (authguard.ClientAddr). Only behind a proxy that always sets it.
 	TrustForwardedFor bool
+	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS: the
+	// responses then carry HSTS, as over the server's own TLS listener.
+	// Only behind a proxy that always sets it.
+	TrustForwardedProto bool
 	// RequestTimeout bounds each request's context (default 30s).
 	RequestTimeout time.Duration
 	// BodyLimit caps request bodies in bytes (default 1 MiB).
