@@ -20,6 +20,7 @@ const RetryAfterSeconds = "1"
 // statusByCode is the single mapping from domain error codes to HTTP status.
 var statusByCode = map[repolock.Code]int{
 	repolock.EInvalid:           http.StatusBadRequest,
+	repolock.ESecretInField:     http.StatusBadRequest,
 	repolock.EUnauthenticated:   http.StatusUnauthorized,
 	repolock.EForbidden:         http.StatusForbidden,
 	repolock.ENotFound:          http.StatusNotFound,
