@@ -95,6 +95,8 @@ type Console struct {
 	tokenKey []byte
 	data     *data
 	mux      *http.ServeMux
+	// patterns are the mux's patterns but the catch-all (Routes).
+	patterns []string
 	pages    map[string]*template.Template
 }
 
@@ -148,30 +150,29 @@ func (c *Console) Mount(e *echo.Echo) {
 func (c *Console) now() time.Time { return c.cfg.Now().UTC() }
 
 func (c *Console) routes() {
-	m := c.mux
 	static, _ := fs.Sub(staticFS, "static")
-	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticHandler(static)))
-	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+	c.handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticHandler(static)))
+	c.handleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
-	m.HandleFunc("GET /ui/login", c.loginForm)
-	m.HandleFunc("POST /ui/login", c.login)
-	m.HandleFunc("POST /ui/logout", c.auth(c.logout))
-	m.HandleFunc("GET /ui/{$}", c.auth(c.overview))
-	m.HandleFunc("GET /ui/ownership", c.auth(c.ownership))
-	m.HandleFunc("GET /ui/denials", c.auth(c.denials))
-	m.HandleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))
-	m.HandleFunc("GET /ui/gc", c.auth(c.gcPage))
-	m.HandleFunc("POST /ui/gc/dry-run", c.auth(c.gcDryRun))
-	m.HandleFunc("POST /ui/gc/run", c.auth(c.gcRun))
-	m.HandleFunc("GET /ui/sync", c.auth(c.syncPage))
-	m.HandleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
-	m.HandleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
-	m.HandleFunc("POST /ui/tenants", c.auth(c.createTenant))
-	m.HandleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
-	m.HandleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
-	m.HandleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
-	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+	c.handleFunc("GET /ui/login", c.loginForm)
+	c.handleFunc("POST /ui/login", c.login)
+	c.handleFunc("POST /ui/logout", c.auth(c.logout))
+	c.handleFunc("GET /ui/{$}", c.auth(c.overview))
+	c.handleFunc("GET /ui/ownership", c.auth(c.ownership))
+	c.handleFunc("GET /ui/denials", c.auth(c.denials))
+	c.handleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))
+	c.handleFunc("GET /ui/gc", c.auth(c.gcPage))
+	c.handleFunc("POST /ui/gc/dry-run", c.auth(c.gcDryRun))
+	c.handleFunc("POST /ui/gc/run", c.auth(c.gcRun))
+	c.handleFunc("GET /ui/sync", c.auth(c.syncPage))
+	c.handleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
+	c.handleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
+	c.handleFunc("POST /ui/tenants", c.auth(c.createTenant))
+	c.handleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
+	c.handleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
+	c.handleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
+	c.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := c.allowedMethods(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			c.errorPage(w, r, nil, http.StatusMethodNotAllowed,
@@ -181,6 +182,20 @@ func (c *Console) routes() {
 		c.errorPage(w, r, nil, http.StatusNotFound, "There is no such page.")
 	})
 }
+
+// handle registers pattern on the mux and records it for Routes.
+func (c *Console) handle(pattern string, h http.Handler) {
+	c.mux.Handle(pattern, h)
+	c.patterns = append(c.patterns, pattern)
+}
+
+func (c *Console) handleFunc(pattern string, h http.HandlerFunc) { c.handle(pattern, h) }
+
+// Routes returns the patterns the console serves, in net/http.ServeMux
+// syntax ("GET /ui/tenants/{name}/delete"; a pattern ending in "/" serves
+// the paths under it), all but the catch-all that answers 404 and 405. The
+// hostile-input tests enumerate them, so a new page is covered at once.
+func (c *Console) Routes() []string { return append([]string(nil), c.patterns...) }
 
 // allowedMethods returns the methods the console serves r's path with,
 // when r's own method is not one of them (the catch-all /ui/ pattern then
