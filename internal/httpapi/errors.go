@@ -61,6 +61,13 @@ var codeByStatus = map[int]repolock.Code{
 func (s *Server) allowedMethods(c echo.Context) []string {
 	var allowed []string
 	path := echo.GetPath(c.Request())
+	// Only a registered route of that method counts: a group's catch-all
+	// (its prefix, and prefix/*) is registered for no method, and
+	// answers 404 whatever the method.
+	registered := map[string]bool{}
+	for _, r := range s.Echo.Routes() {
+		registered[r.Method+" "+r.Path] = true
+	}
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == c.Request().Method {
 			continue
@@ -69,7 +76,8 @@ func (s *Server) allowedMethods(c echo.Context) []string {
 		s.Echo.Router().Find(m, path, probe)
 		// The router marks a path that matched without this method with
 		// the Allow key (and answers 405); only a real match counts.
-		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil {
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil &&
+			registered[m+" "+p] {
 			allowed = append(allowed, m)
 		}
 	}
