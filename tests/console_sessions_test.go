@@ -113,6 +113,11 @@ func TestConsoleSessionRotation(t *testing.T) {
 	if st, _, _ := visit(t, browserOf(t, nil), http.MethodPost, s2.URL+"/ui/login", url.Values{"token": {s1.AdminToken}}); st != http.StatusUnauthorized {
 		t.Fatalf("the old token signing in: %d, want 401", st)
 	}
+	// The failure is counted on /metrics.
+	if _, _, metrics := visit(t, browserOf(t, nil), http.MethodGet, s2.URL+"/metrics", nil); !strings.Contains(metrics, "\nrepolock_auth_failures_total 1\n") ||
+		!strings.Contains(metrics, "\nrepolock_auth_refused_total 0\n") {
+		t.Fatalf("auth metrics after one failed sign-in:\n%s", metrics)
+	}
 
 	// A session of the new token, ended by the CLI with the dead one of the
 	// old token (its row stays until it expires or is revoked).

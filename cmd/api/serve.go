@@ -325,6 +325,14 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	// One throttle of failed authentications for the API and the
 	// console: an address has one budget on both.
 	guard := authguard.New(authguard.Defaults())
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "repolock_auth_failures_total",
+			Help: "Failed authentications (a wrong bearer token on any route, a wrong console sign-in)."},
+			func() float64 { return float64(guard.Stats().Failures) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "repolock_auth_refused_total",
+			Help: "Authentication attempts answered 429: from an address over its failure budget, or failures over the global budget."},
+			func() float64 { return float64(guard.Stats().Refused) }),
+	)
 	s.http, err = httpapi.New(httpapi.Config{
 		DB:                  s.db,
 		Logger:              logger,

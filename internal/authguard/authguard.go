@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -62,6 +63,8 @@ type Guard struct {
 	cfg    Config
 	global *rate.Limiter
 
+	failures, refused atomic.Uint64
+
 	mu        sync.Mutex
 	addrs     map[string]*rate.Limiter
 	overflow  *rate.Limiter // shared by addresses beyond MaxAddresses
@@ -96,10 +99,20 @@ func (g *Guard) Blocked(addr string, now time.Time) (retryAfter time.Duration, b
 		return 0, false
 	}
 	if tokens := b.TokensAt(now); tokens < 1 {
+		g.refused.Add(1)
 		return waitFor(1-tokens, g.cfg.PerAddressRate), true
 	}
 	return 0, false
 }
+
+// Stats are the counts since the Guard was built: Failures recorded by
+// Failed, and Refused answers (429), by Blocked or by Failed beyond a
+// budget. cmd/api exports them as repolock_auth_failures_total and
+// repolock_auth_refused_total.
+type Stats struct{ Failures, Refused uint64 }
+
+// Stats returns the counts so far.
+func (g *Guard) Stats() Stats { return Stats{Failures: g.failures.Load(), Refused: g.refused.Load()} }
 
 // Failed records a failed authentication of addr. It returns 0 when the
 // failure is within both budgets (answer 401), else how long the caller
@@ -112,6 +125,10 @@ func (g *Guard) Failed(addr string, now time.Time) time.Duration {
 	}
 	if !g.global.AllowN(now, 1) {
 		wait = max(wait, waitFor(1-g.global.TokensAt(now), g.cfg.GlobalRate))
+	}
+	g.failures.Add(1)
+	if wait > 0 {
+		g.refused.Add(1)
 	}
 	return wait
 }

@@ -33,6 +33,10 @@ func TestPerAddressBudget(t *testing.T) {
 	if _, blocked := g.Blocked("a", t0.Add(2*time.Second)); blocked {
 		t.Fatal("still blocked after the refill")
 	}
+	// 4 failures (the 4th refused) and one refusal by Blocked.
+	if st := g.Stats(); st != (Stats{Failures: 4, Refused: 2}) {
+		t.Fatalf("Stats %+v, want 4 failures and 2 refused", st)
+	}
 }
 
 func TestGlobalBudget(t *testing.T) {
