@@ -16,6 +16,7 @@ type Code string
 
 const (
 	EInvalid             Code = "invalid_argument"       // 400
+	ESecretInField       Code = "secret_in_field"        // 400: a field that names or describes a credential holds a secret
 	EUnauthenticated     Code = "unauthenticated"        // 401
 	EForbidden           Code = "forbidden"              // 403
 	ENotFound            Code = "not_found"              // 404

@@ -14,6 +14,7 @@ type Code string
 // The error codes (the ErrorCode enum of the document).
 const (
 	CodeInvalidArgument      Code = "invalid_argument"       // 400
+	CodeSecretInField        Code = "secret_in_field"        // 400: a credential field holds a secret
 	CodeUnauthenticated      Code = "unauthenticated"        // 401
 	CodeForbidden            Code = "forbidden"              // 403
 	CodeNotFound             Code = "not_found"              // 404

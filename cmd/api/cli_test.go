@@ -84,6 +84,11 @@ func TestCLIBehaviour(t *testing.T) {
 		{[]string{"migrate", "force", "x"}, 2, "", `force takes a migration version, a whole number >= 0, got "x"`, true},
 		{[]string{"migrate", "force", "999"}, 2, "", "force 999: this binary's migrations end at version", true},
 		{[]string{"version", "extra"}, 2, "", "Usage: api version", true},
+		{[]string{"console", "--help"}, 0, "Usage: api console", "", false},
+		{[]string{"console"}, 2, "", "Usage: api console", true},
+		{[]string{"console", "users"}, 2, "", "api console: unknown command console users", true},
+		{[]string{"console", "sessions", "extend"}, 2, "", "api console: unknown command console sessions extend", true},
+		{[]string{"console", "sessions"}, 2, "", "Usage: api console", true},
 	} {
 		code, stdout, stderr := cli(t, nil, tc.args...)
 		if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) ||

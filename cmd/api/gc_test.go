@@ -262,7 +262,7 @@ func TestServeRunsScheduledGC(t *testing.T) {
 	t.Parallel()
 	c := newGCCLI(t)
 	c.orphans(3)
-	c.env["ADMIN_TOKEN"] = "rla_test"
+	c.env["ADMIN_TOKEN"] = "rla_test_admin_token_of_32_bytes_or_more"
 	c.env["LISTEN_ADDR"] = "127.0.0.1:0"
 	c.env["GC_INTERVAL"] = "50ms"
 	c.env["GC_MIN_AGE"] = "1m"
@@ -295,7 +295,7 @@ func TestServeRunsScheduledGC(t *testing.T) {
 func TestServeWithGCDisabled(t *testing.T) {
 	t.Parallel()
 	c := newGCCLI(t)
-	c.env["ADMIN_TOKEN"] = "rla_test"
+	c.env["ADMIN_TOKEN"] = "rla_test_admin_token_of_32_bytes_or_more"
 	c.env["LISTEN_ADDR"] = "127.0.0.1:0"
 	c.env["GC_INTERVAL"] = "0"
 	c.env["LOG_LEVEL"] = "info"

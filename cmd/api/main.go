@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
 	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},
 	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
+	"console":   {"manage the operator console: sessions revoke (ends every session)", runConsole},
 }
 
 // env is what commands share: the streams and the environment, so tests

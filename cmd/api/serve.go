@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
@@ -72,11 +76,27 @@ type serveConfig struct {
 	Listen string
 	// DebugListen is the address of Go's profiler; "" is off.
 	DebugListen string
-	// AdminToken authorizes /v1/admin and the console; "" makes a random
-	// one for this process (development only).
-	AdminToken      string
-	RequestTimeout  time.Duration
-	ShutdownTimeout time.Duration
+	// AdminToken authorizes /v1/admin and the console: ADMIN_TOKEN, or the
+	// content of AdminTokenFile. "" (neither set): buildServer generates
+	// one into a new file and logs the file's path, never the token.
+	AdminToken string
+	// AdminTokenFile is where the token is read from (ADMIN_TOKEN_FILE);
+	// when it does not exist yet (and ADMIN_TOKEN is not set), buildServer
+	// generates a token into it, as `make run` does.
+	AdminTokenFile string
+	// AllowWeakAdminToken accepts an admin token shorter than
+	// MinAdminTokenLen (development only).
+	AllowWeakAdminToken bool
+	// TLSCertFile and TLSKeyFile, both or neither, serve HTTPS.
+	TLSCertFile, TLSKeyFile string
+	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (the
+	// console's Secure __Host- cookie, HSTS); TrustForwardedFor counts
+	// failed authentications against the address the proxy appended to
+	// X-Forwarded-For. Only behind a proxy that always sets them.
+	TrustForwardedProto bool
+	TrustForwardedFor   bool
+	RequestTimeout      time.Duration
+	ShutdownTimeout     time.Duration
 	// RateLimit is each tenant's requests per second (httpapi.Config.RateLimit);
 	// 0 is off. RateBurst is the bucket size (0: httpapi.DefaultRateBurst).
 	RateLimit float64
@@ -105,7 +125,13 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	var (
 		common          commonFlags
 		listen          = fs.String("listen", fs.envOr("LISTEN_ADDR", "127.0.0.1:8080"), "address to listen on; port 0 picks a free one [LISTEN_ADDR]")
-		adminToken      = fs.String("admin-token", "", "token for /v1/admin routes; random and logged once when empty (development only) [ADMIN_TOKEN]")
+		adminToken      = fs.String("admin-token", "", fmt.Sprintf("token for /v1/admin routes and the console, at least %d bytes [ADMIN_TOKEN]", MinAdminTokenLen))
+		adminTokenFile  = fs.String("admin-token-file", fs.envOr("ADMIN_TOKEN_FILE", ""), "file holding the admin token when ADMIN_TOKEN is not set; generated (mode 0600) when missing; with neither, a token is generated into a new temporary file whose path is logged [ADMIN_TOKEN_FILE]")
+		allowWeak       = fs.Bool("allow-weak-admin-token", fs.envBool("ALLOW_WEAK_ADMIN_TOKEN", false), fmt.Sprintf("accept an admin token shorter than %d bytes (development only) [ALLOW_WEAK_ADMIN_TOKEN]", MinAdminTokenLen))
+		tlsCert         = fs.String("tls-cert-file", fs.envOr("TLS_CERT_FILE", ""), "PEM certificate (chain) to serve HTTPS with; with --tls-key-file [TLS_CERT_FILE]")
+		tlsKey          = fs.String("tls-key-file", fs.envOr("TLS_KEY_FILE", ""), "PEM private key of --tls-cert-file [TLS_KEY_FILE]")
+		trustProto      = fs.Bool("trust-forwarded-proto", fs.envBool("TRUST_FORWARDED_PROTO", false), "treat X-Forwarded-Proto: https as TLS (Secure __Host- console cookie, HSTS); only behind a proxy that always sets it [TRUST_FORWARDED_PROTO]")
+		trustFor        = fs.Bool("trust-forwarded-for", fs.envBool("TRUST_FORWARDED_FOR", false), "count failed authentications against the last X-Forwarded-For address; only behind a proxy that always appends it [TRUST_FORWARDED_FOR]")
 		migrateOnStart  = fs.Bool("migrate-on-start", fs.envBool("MIGRATE_ON_START", true), "apply pending migrations before serving [MIGRATE_ON_START]")
 		requestTimeout  = fs.Duration("request-timeout", fs.envDuration("REQUEST_TIMEOUT", 30*time.Second), "per-request timeout; 0 means the default, 30s [REQUEST_TIMEOUT]")
 		shutdownTimeout = fs.Duration("shutdown-timeout", fs.envDuration("SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
@@ -127,16 +153,22 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		return serveConfig{}, err
 	}
 	cfg := serveConfig{
-		Listen:             *listen,
-		DebugListen:        *debugListen,
-		AdminToken:         *adminToken,
-		MigrateOnStart:     *migrateOnStart,
-		RequestTimeout:     *requestTimeout,
-		ShutdownTimeout:    *shutdownTimeout,
-		RateLimit:          max(*rateLimit, 0), // a negative rate was always off too
-		RateBurst:          *rateBurst,
-		AliasRefresh:       *aliasRefresh,
-		PreparedStatements: common.db.prepared,
+		Listen:              *listen,
+		DebugListen:         *debugListen,
+		AdminToken:          *adminToken,
+		AdminTokenFile:      *adminTokenFile,
+		AllowWeakAdminToken: *allowWeak,
+		TLSCertFile:         *tlsCert,
+		TLSKeyFile:          *tlsKey,
+		TrustForwardedProto: *trustProto,
+		TrustForwardedFor:   *trustFor,
+		MigrateOnStart:      *migrateOnStart,
+		RequestTimeout:      *requestTimeout,
+		ShutdownTimeout:     *shutdownTimeout,
+		RateLimit:           max(*rateLimit, 0), // a negative rate was always off too
+		RateBurst:           *rateBurst,
+		AliasRefresh:        *aliasRefresh,
+		PreparedStatements:  common.db.prepared,
 		// Secrets come from the environment after parsing, never as flag
 		// defaults (--help would print them).
 		MigrateURL: common.db.migrationURL(),
@@ -144,6 +176,25 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if cfg.AdminToken == "" {
 		cfg.AdminToken = e.getenv("ADMIN_TOKEN")
+	}
+	if cfg.AdminToken == "" && cfg.AdminTokenFile != "" {
+		b, err := os.ReadFile(cfg.AdminTokenFile)
+		switch {
+		case err == nil:
+			if cfg.AdminToken = strings.TrimSpace(string(b)); cfg.AdminToken == "" {
+				return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--admin-token-file %s is empty", cfg.AdminTokenFile)}
+			}
+		case errors.Is(err, os.ErrNotExist):
+			// buildServer generates it.
+		default:
+			return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--admin-token-file: %w", err)}
+		}
+	}
+	if err := checkAdminToken(cfg.AdminToken, cfg.AllowWeakAdminToken); err != nil {
+		return serveConfig{}, err
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return serveConfig{}, &exitError{code: 2, err: errors.New("--tls-cert-file and --tls-key-file go together")}
 	}
 	if cfg.Log, err = common.logConfig(); err != nil {
 		return serveConfig{}, err
@@ -187,7 +238,9 @@ type server struct {
 	repositories *repostate.Service
 	sync         *syncstate.Store
 
-	http  *httpapi.Server
+	http *httpapi.Server
+	// tls, when set (TLS_CERT_FILE), makes the listener HTTPS.
+	tls   *tls.Config
 	ready *readiness
 
 	closers []func()
@@ -250,33 +303,63 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	// (docs/console.md).
 	adminToken := cfg.AdminToken
 	if adminToken == "" {
-		adminToken = randomToken()
-		logger.Warn("ADMIN_TOKEN is not set: generated a random admin token for this process only (development only; set ADMIN_TOKEN in production)",
-			"admin_token", adminToken)
+		path, err := generateAdminToken(cfg.AdminTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		if adminToken, err = readTokenFile(path); err != nil {
+			return nil, err
+		}
+		// The path, never the token: logs are read by more people than
+		// the admin.
+		logger.Warn("ADMIN_TOKEN is not set: generated an admin token into a file (development; set ADMIN_TOKEN or ADMIN_TOKEN_FILE in production)",
+			"admin_token_file", path)
 	}
+	if cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, &exitError{code: 2, err: fmt.Errorf("TLS: %w", err)}
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	// One throttle of failed authentications for the API and the
+	// console: an address has one budget on both.
+	guard := authguard.New(authguard.Defaults())
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "repolock_auth_failures_total",
+			Help: "Failed authentications (a wrong bearer token on any route, a wrong console sign-in)."},
+			func() float64 { return float64(guard.Stats().Failures) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "repolock_auth_refused_total",
+			Help: "Authentication attempts answered 429: from an address over its failure budget, or failures over the global budget."},
+			func() float64 { return float64(guard.Stats().Refused) }),
+	)
 	s.http, err = httpapi.New(httpapi.Config{
-		DB:             s.db,
-		Logger:         logger,
-		AdminToken:     adminToken,
-		RequestTimeout: cfg.RequestTimeout,
-		RateLimit:      cfg.RateLimit,
-		RateBurst:      cfg.RateBurst,
-		Registry:       reg,
-		Repositories:   s.repositories,
-		Sync:           s.sync,
-		GC:             s.collector,
-		Tenants:        s.svc.tenants,
-		Locks:          s.svc.locks,
-		Apps:           s.svc.apps,
-		Rekey:          s.svc.rekey,
-		Aliases:        s.svc.aliases,
-		Reports:        s.svc.reports,
-		Ready:          s.ready.get,
+		DB:                  s.db,
+		Logger:              logger,
+		AdminToken:          adminToken,
+		AuthGuard:           guard,
+		TrustForwardedFor:   cfg.TrustForwardedFor,
+		TrustForwardedProto: cfg.TrustForwardedProto,
+		RequestTimeout:      cfg.RequestTimeout,
+		RateLimit:           cfg.RateLimit,
+		RateBurst:           cfg.RateBurst,
+		Registry:            reg,
+		Repositories:        s.repositories,
+		Sync:                s.sync,
+		GC:                  s.collector,
+		Tenants:             s.svc.tenants,
+		Locks:               s.svc.locks,
+		Apps:                s.svc.apps,
+		Rekey:               s.svc.rekey,
+		Aliases:             s.svc.aliases,
+		Reports:             s.svc.reports,
+		Ready:               s.ready.get,
 	})
 	if err != nil {
 		return nil, err
 	}
-	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken,
+	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken, AuthGuard: guard,
+		TrustForwardedFor: cfg.TrustForwardedFor, TrustForwardedProto: cfg.TrustForwardedProto,
 		Collector: s.collector, Sync: s.sync, ReportsDB: s.reportsDB,
 		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps})
 	if err != nil {
@@ -316,7 +399,10 @@ func (s *server) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	s.logger.Info("listening", "addr", ln.Addr().String())
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
+	s.logger.Info("listening", "addr", ln.Addr().String(), "tls", s.tls != nil)
 
 	// A fatal startup error stops the server.
 	sctx, cancel := context.WithCancelCause(ctx)
@@ -356,6 +442,55 @@ func (s *server) run(ctx context.Context) error {
 	}
 	s.logger.Info("stopped")
 	return nil
+}
+
+// MinAdminTokenLen is the shortest admin token serve accepts without
+// --allow-weak-admin-token: 32 bytes, as many as a generated token has of
+// randomness, rules out a token that can be guessed.
+const MinAdminTokenLen = 32
+
+// checkAdminToken refuses a set admin token shorter than MinAdminTokenLen
+// unless allowWeak (development).
+func checkAdminToken(token string, allowWeak bool) error {
+	if token == "" || len(token) >= MinAdminTokenLen || allowWeak {
+		return nil
+	}
+	return &exitError{code: 2, err: fmt.Errorf("the admin token is %d bytes; at least %d are required (generate one with: echo rla_$(openssl rand -hex 24)); "+
+		"ALLOW_WEAK_ADMIN_TOKEN=1 accepts it for development only", len(token), MinAdminTokenLen)}
+}
+
+// generateAdminToken writes a new random token, mode 0600, to path (made
+// only if it does not exist), or to a new temporary file when path is "",
+// and returns the file's path.
+func generateAdminToken(path string) (string, error) {
+	var (
+		f   *os.File
+		err error
+	)
+	if path == "" {
+		f, err = os.CreateTemp("", "repolock-admin-token-*")
+	} else {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
+	if err != nil {
+		return "", fmt.Errorf("generate the admin token: %w", err)
+	}
+	_, werr := fmt.Fprintln(f, randomToken())
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return "", fmt.Errorf("generate the admin token: %w", werr)
+	}
+	return f.Name(), nil
+}
+
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("admin token file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func randomToken() string {

@@ -43,7 +43,9 @@ type Application struct {
 	ID       string `db:"id" json:"id"`
 	TenantID string `db:"cluster_user_id" json:"-"`
 	Name     string `db:"name" json:"name"`
-	// RepoURL is the URL as given, with any user info or token removed.
+	// RepoURL is the URL as given, without what can be a secret (any user
+	// info of http(s), a password, a token-shaped user); an ssh login name
+	// is kept (normalize.DisplayURL).
 	RepoURL string `db:"repo_url" json:"repo_url"`
 	// NormalizedURL is the lock key of RepoURL (internal/normalize).
 	NormalizedURL  string    `db:"normalized_url" json:"normalized_url"`
@@ -92,14 +94,15 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// repoURL normalizes raw and returns its key and the URL to store (as given,
-// without user info).
+// repoURL normalizes raw and returns its key and the URL to store: as
+// given, without what can be a secret, but with the login name of an ssh
+// URL (normalize.DisplayURL: "git@github.com:o/r.git" is kept whole).
 func repoURL(n *normalize.Normalizer, raw string) (normalize.Key, string, error) {
 	key, err := n.RepoURL(raw)
 	if err != nil {
 		return "", "", repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}
-	stored, err := n.StripUserInfo(raw)
+	stored, err := n.DisplayURL(raw)
 	if err != nil {
 		return "", "", repolock.Wrap(repolock.EInvalid, err, "repo_url: %s", repolock.ErrorMessage(err))
 	}

@@ -46,7 +46,7 @@ func TestReferenceCounting(t *testing.T) {
 			t.Fatalf("normalized_url %q, want %q", got, key)
 		}
 	}
-	if a2.Path != "deploy/prod" || a2.TargetRevision != "v1.2.3" || a2.RepoURL != "github.com:acme/platform.git" {
+	if a2.Path != "deploy/prod" || a2.TargetRevision != "v1.2.3" || a2.RepoURL != "git@github.com:acme/platform.git" {
 		t.Fatalf("a2 = %+v", a2)
 	}
 	checkInvariants(t, db)
@@ -212,8 +212,9 @@ func TestClaimedByAnotherTenant(t *testing.T) {
 	}
 }
 
-// The stored repo_url is the URL as given without user info; no secret from
-// the URL is stored anywhere.
+// The stored repo_url is the URL as given without what can be a secret
+// (normalize.DisplayURL pins the forms); an ssh login name is kept; no
+// secret from the URL is stored anywhere.
 func TestUserInfoStripped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -223,7 +224,9 @@ func TestUserInfoStripped(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"https://x-access-token:ghp_SECRET1@github.com/acme/a.git", "https://github.com/acme/a.git"},
 		{"https://ghp_SECRET2@github.com/acme/b", "https://github.com/acme/b"},
-		{"ssh://git@github.com/acme/c", "ssh://github.com/acme/c"},
+		{"ssh://git@github.com/acme/c", "ssh://git@github.com/acme/c"},
+		{"git@github.com:acme/e.git", "git@github.com:acme/e.git"},
+		{"ghp_SECRET3abcdefghijklmnop@github.com:acme/f.git", "github.com:acme/f.git"},
 		{"  https://github.com/acme/d  ", "https://github.com/acme/d"},
 	} {
 		app, err := svc.CreateApplication(ctx, alice.ID, apps.NewApplication{Name: "n" + fmt.Sprint(len(tc.want)) + tc.want[len(tc.want)-1:], RepoURL: tc.in})
@@ -257,20 +260,86 @@ func TestCredentialSecrets(t *testing.T) {
 	}{
 		{"password in URL", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://me:hunter2@github.com/a/b", SecretRef: "vault://x"}, "repo_url must not contain a password or token"},
 		{"no secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b"}, "secret_ref is required"},
-		{"private key as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "secret_ref holds a PEM private key, not a reference: store the secret in your secret store and send its location in secret_ref instead"},
-		{"token as secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "ghp_abcdefabcdefabcdefabcdefabcdef123456"}, "secret_ref holds a GitHub personal access token, not a reference: store the secret in your secret store and send its location in secret_ref instead"},
 		{"whitespace in secret_ref", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", SecretRef: "my secret"}, "secret_ref must be a reference"},
 		{"control character in username", apps.NewRepositoryCredential{Name: "c", RepoURL: "https://github.com/a/b", Username: "a\nb", SecretRef: "vault://x"}, "username must not contain control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := svc.CreateRepositoryCredential(ctx, alice.ID, tc.in)
-			if repolock.ErrorCode(err) != repolock.EInvalid || !strings.HasPrefix(repolock.ErrorMessage(err), tc.msg) {
-				t.Fatalf("got %v, want invalid_argument %q", err, tc.msg)
+			want := repolock.EInvalid
+			if strings.Contains(tc.name, "password in URL") {
+				want = repolock.ESecretInField
+			}
+			if repolock.ErrorCode(err) != want || !strings.HasPrefix(repolock.ErrorMessage(err), tc.msg) {
+				t.Fatalf("got %v, want %s %q", err, want, tc.msg)
 			}
 			if strings.Contains(repolock.ErrorMessage(err), "hunter2") || strings.Contains(repolock.ErrorMessage(err), "ghp_") {
 				t.Fatalf("message echoes the secret: %q", repolock.ErrorMessage(err))
 			}
 		})
+	}
+	// Secrets in credential fields: 400 secret_in_field naming the field
+	// and what was found, never the value; nothing is stored.
+	const ghp = "ghp_abcdefabcdefabcdefabcdefabcdef123456"
+	for _, tc := range []struct {
+		name            string
+		in              apps.NewRepositoryCredential
+		field, detected string
+	}{
+		{"GitHub token as username", apps.NewRepositoryCredential{Username: ghp}, "username", "a GitHub personal access token"},
+		{"GitHub OAuth token as username", apps.NewRepositoryCredential{Username: "gho_abcdefghijklmnopqrstuvwxyz"}, "username", "a GitHub OAuth token"},
+		{"GitHub app token as username", apps.NewRepositoryCredential{Username: "ghs_abcdefghijklmnopqrstuvwxyz"}, "username", "a GitHub server-to-server token"},
+		{"fine-grained token as username", apps.NewRepositoryCredential{Username: "github_pat_11AAAAAAA0abcdefghijklmnop"}, "username", "a GitHub fine-grained access token"},
+		{"GitLab token as username", apps.NewRepositoryCredential{Username: "glpat-abcdefghijklmnopqrst"}, "username", "a GitLab personal access token"},
+		{"Bitbucket app password as username", apps.NewRepositoryCredential{Username: "ATBBabcdefghijklmnopqrstuvwx"}, "username", "a Bitbucket app password"},
+		{"JWT as username", apps.NewRepositoryCredential{Username: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"}, "username", "a JSON Web Token"},
+		{"user:password as username", apps.NewRepositoryCredential{Username: "x:hunter2"}, "username", "a user:password pair"},
+		{"private key as username", apps.NewRepositoryCredential{Username: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "username", "a PEM private key"},
+		{"GitHub token as secret_ref", apps.NewRepositoryCredential{SecretRef: ghp}, "secret_ref", "a GitHub personal access token"},
+		{"token inside secret_ref", apps.NewRepositoryCredential{SecretRef: "vault://kv/" + ghp}, "secret_ref", "a GitHub personal access token"},
+		{"JWT as secret_ref", apps.NewRepositoryCredential{SecretRef: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"}, "secret_ref", "a JSON Web Token"},
+		{"URL with a password as secret_ref", apps.NewRepositoryCredential{SecretRef: "https://x:hunter2@vault.example/v1/kv/git"}, "secret_ref", "a URL with a password"},
+		{"URL with a token user as secret_ref", apps.NewRepositoryCredential{SecretRef: "https://" + ghp + "@vault.example/v1/kv/git"}, "secret_ref", "a URL with a GitHub personal access token as its user"},
+		{"private key as secret_ref", apps.NewRepositoryCredential{SecretRef: "-----BEGIN OPENSSH PRIVATE KEY-----"}, "secret_ref", "a PEM private key"},
+		{"token user in repo_url", apps.NewRepositoryCredential{RepoURL: "https://" + ghp + "@github.com/a/b"}, "repo_url", "a GitHub personal access token as its user"},
+		{"password in repo_url", apps.NewRepositoryCredential{RepoURL: "https://x-access-token:hunter2@github.com/a/b"}, "repo_url", "a password"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.Name = "s"
+			if in.RepoURL == "" {
+				in.RepoURL = "https://github.com/a/secret"
+			}
+			if in.SecretRef == "" {
+				in.SecretRef = "k8s://ns/name"
+			}
+			_, err := svc.CreateRepositoryCredential(ctx, alice.ID, in)
+			msg := repolock.ErrorMessage(err)
+			if repolock.ErrorCode(err) != repolock.ESecretInField || repolock.ErrorDetails(err)["field"] != tc.field || !strings.Contains(msg, tc.detected) {
+				t.Fatalf("got %v %v, want secret_in_field on %s naming %q", err, repolock.ErrorDetails(err), tc.field, tc.detected)
+			}
+			for _, secret := range []string{"hunter2", "abcdef", "eyJ", "BEGIN"} {
+				if strings.Contains(msg, secret) {
+					t.Fatalf("message echoes the secret: %q", msg)
+				}
+			}
+		})
+	}
+	// Not secrets: kept as given.
+	for i, in := range []apps.NewRepositoryCredential{
+		{Username: "git", SecretRef: "vault://kv/data/git/github"},
+		{Username: "deploy-bot", SecretRef: "k8s://argocd/repo-creds"},
+		{Username: "x-access-token", SecretRef: "aws-sm://arn:aws:secretsmanager:us-east-1:123456789012:secret:git"},
+		{Username: "APKAEIBAERJR2EXAMPLE", SecretRef: "env:GIT_TOKEN"},
+	} {
+		in.Name, in.RepoURL = fmt.Sprintf("ok%d", i), fmt.Sprintf("https://github.com/a/ok%d", i)
+		c, err := svc.CreateRepositoryCredential(ctx, alice.ID, in)
+		if err != nil || c.Username != in.Username || c.SecretRef != in.SecretRef {
+			t.Fatalf("%+v: %+v %v", in, c, err)
+		}
+	}
+	var n int
+	if err := db.GetContext(ctx, &n, `SELECT count(*) FROM repository_credentials WHERE name = 's'`); err != nil || n != 0 {
+		t.Fatalf("a refused credential was stored: %d %v", n, err)
 	}
 	// A user name without a password is fine, and stripped.
 	c, err := svc.CreateRepositoryCredential(ctx, alice.ID, apps.NewRepositoryCredential{Name: "ok", RepoURL: "https://deployer@github.com/a/b", Username: "deployer", SecretRef: "k8s://ns/secret"})
@@ -279,7 +348,11 @@ func TestCredentialSecrets(t *testing.T) {
 	}
 	// Updates are held to the same rules.
 	_, err = svc.UpdateRepositoryCredential(ctx, alice.ID, c.ID, apps.RepositoryCredentialPatch{RepoURL: ptr("https://me:pw@github.com/a/b")})
-	if repolock.ErrorCode(err) != repolock.EInvalid {
+	if repolock.ErrorCode(err) != repolock.ESecretInField {
+		t.Fatalf("update with a password: %v", err)
+	}
+	_, err = svc.UpdateRepositoryCredential(ctx, alice.ID, c.ID, apps.RepositoryCredentialPatch{Username: ptr("ghp_abcdefabcdefabcdefabcdefabcdef123456")})
+	if repolock.ErrorCode(err) != repolock.ESecretInField {
 		t.Fatalf("update with a password: %v", err)
 	}
 	_, err = svc.UpdateRepositoryCredential(ctx, alice.ID, c.ID, apps.RepositoryCredentialPatch{SecretRef: ptr("")})
@@ -323,7 +396,7 @@ func TestUpdateApplication(t *testing.T) {
 	})
 	t.Run("another spelling keeps the lock", func(t *testing.T) {
 		got, err := svc.UpdateApplication(ctx, alice.ID, web.ID, apps.ApplicationPatch{RepoURL: ptr("git@github.com:acme/web.git")})
-		if err != nil || got.RepoURL != "github.com:acme/web.git" || got.LockID != webLock || got.NormalizedURL != "github.com/acme/web" {
+		if err != nil || got.RepoURL != "git@github.com:acme/web.git" || got.LockID != webLock || got.NormalizedURL != "github.com/acme/web" {
 			t.Fatalf("%+v %v", got, err)
 		}
 		if s := eventSummary(lockEvents(t, db, "github.com/acme/web")); s["acquired"] != 1 || s["released"] != 0 {

@@ -18,7 +18,9 @@ type RepositoryCredential struct {
 	ID       string `db:"id" json:"id"`
 	TenantID string `db:"cluster_user_id" json:"-"`
 	Name     string `db:"name" json:"name"`
-	// RepoURL is the URL as given, with any user info or token removed.
+	// RepoURL is the URL as given, without what can be a secret (any user
+	// info of http(s), a password, a token-shaped user); an ssh login name
+	// is kept (normalize.DisplayURL).
 	RepoURL       string    `db:"repo_url" json:"repo_url"`
 	NormalizedURL string    `db:"normalized_url" json:"normalized_url"`
 	Username      string    `db:"username" json:"username"`
@@ -65,25 +67,51 @@ func ErrSecretField(field string) error {
 	}
 }
 
-// ErrSecretInRef is the error for a secret_ref that holds a secret itself
-// (what was detected: an access token of a known kind, or a private key)
-// instead of the secret's location. The value is never echoed.
-func ErrSecretInRef(detected string) error {
+// ErrSecretIn is the error for a credential field that holds a secret
+// (what was detected: an access token of a known kind, a private key, a
+// user:password pair, a URL with a password) instead of a user name or
+// the secret's location: 400 secret_in_field, with the field in details.
+// The value is never echoed.
+func ErrSecretIn(field, detected string) error {
+	hint := "store the secret in your secret store and send its location in secret_ref " +
+		"(for example \"k8s://namespace/secret-name\" or \"vault://path/to/secret\")"
 	return &repolock.Error{
-		Code: repolock.EInvalid,
-		Message: "secret_ref holds " + detected + ", not a reference: store the secret in your secret store " +
-			"and send its location in secret_ref instead (for example \"k8s://namespace/secret-name\" or \"vault://path/to/secret\")",
-		Details: map[string]any{"field": "secret_ref"},
+		Code:    repolock.ESecretInField,
+		Message: field + " holds " + detected + ", not a " + fieldMeaning[field] + ": " + hint,
+		Details: map[string]any{"field": field},
 	}
 }
 
-// tokenPrefixes start well-known access tokens (mapped to what they are);
-// a secret_ref that starts with one is a token pasted into the wrong field.
-var tokenPrefixes = []struct{ prefix, kind string }{
-	{"ghp_", "a GitHub personal access token"}, {"gho_", "a GitHub OAuth token"}, {"ghu_", "a GitHub user-to-server token"},
-	{"ghs_", "a GitHub server-to-server token"}, {"ghr_", "a GitHub refresh token"}, {"github_pat_", "a GitHub fine-grained access token"},
-	{"glpat-", "a GitLab personal access token"}, {"xoxb-", "a Slack bot token"}, {"xoxp-", "a Slack user token"},
-	{"AKIA", "an AWS access key ID"},
+// fieldMeaning is what each credential field is for.
+var fieldMeaning = map[string]string{
+	"secret_ref": "reference", "username": "user name", "repo_url": "repository URL without credentials",
+}
+
+// ErrSecretInRef is ErrSecretIn for secret_ref.
+func ErrSecretInRef(detected string) error { return ErrSecretIn("secret_ref", detected) }
+
+// secretIn returns what secret value v holds, if any: an access token of a
+// known shape (normalize.SecretShaped) as a whole or as one of its parts
+// (split at '/', ':', '@', '=', '?', '&' and '#'), or a URL with user
+// info that is a password or a token.
+func secretIn(v string) (string, bool) {
+	if kind, ok := normalize.SecretShaped(v); ok {
+		return kind, true
+	}
+	if user, ok := urlUserInfo(v); ok {
+		if strings.IndexByte(user, ':') >= 0 {
+			return "a URL with a password", true
+		}
+		if kind, ok := normalize.SecretShaped(user); ok {
+			return "a URL with " + kind + " as its user", true
+		}
+	}
+	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune("/:@=?&#", r) }) {
+		if kind, ok := normalize.SecretShaped(part); ok {
+			return kind, true
+		}
+	}
+	return "", false
 }
 
 func validateSecretRef(ref string) error {
@@ -97,10 +125,8 @@ func validateSecretRef(ref string) error {
 	case strings.IndexFunc(ref, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0:
 		return repolock.Errorf(repolock.EInvalid, "secret_ref must be a reference without whitespace, not a secret")
 	}
-	for _, p := range tokenPrefixes {
-		if strings.HasPrefix(ref, p.prefix) {
-			return ErrSecretInRef(p.kind)
-		}
+	if kind, ok := secretIn(ref); ok {
+		return ErrSecretInRef(kind)
 	}
 	return nil
 }
@@ -112,38 +138,61 @@ func validateUsername(u string) error {
 	if hasControl(u) {
 		return repolock.Errorf(repolock.EInvalid, "username must not contain control characters")
 	}
+	// A Git user name is never a secret, but a token is a valid HTTPS
+	// user name, and "user:password" is the pair itself.
+	if strings.Contains(u, "-----BEGIN") {
+		return ErrSecretIn("username", "a PEM private key")
+	}
+	if strings.IndexByte(u, ':') >= 0 {
+		return ErrSecretIn("username", "a user:password pair")
+	}
+	if kind, ok := secretIn(u); ok {
+		return ErrSecretIn("username", kind)
+	}
 	return nil
 }
 
-// urlHasPassword reports whether a scheme URL carries a password in its user
-// info ("https://user:secret@host/...").
-func urlHasPassword(raw string) bool {
+// urlUserInfo returns the user info of a scheme URL
+// ("https://user:secret@host/..." gives "user:secret").
+func urlUserInfo(raw string) (string, bool) {
 	s := strings.TrimSpace(raw)
 	i := strings.Index(s, "://")
 	if i < 0 {
-		return false
+		return "", false
 	}
 	rest := s[i+3:]
-	if j := strings.IndexByte(rest, '/'); j >= 0 {
+	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
 		rest = rest[:j]
 	}
 	at := strings.LastIndexByte(rest, '@')
-	return at >= 0 && strings.IndexByte(rest[:at], ':') >= 0
+	if at < 0 {
+		return "", false
+	}
+	return rest[:at], true
 }
 
-// credentialRepoURL is repoURL that also refuses a password in the URL: in a
-// credential it is a raw secret.
+// credentialRepoURL is repoURL that also refuses a password, or a token as
+// the user, in the URL (400 secret_in_field): in a credential it is a raw
+// secret. (An application's repo_url is stored without them instead.)
 func credentialRepoURL(n *normalize.Normalizer, raw string) (normalize.Key, string, error) {
 	key, stored, err := repoURL(n, raw)
 	if err != nil {
 		return "", "", err
 	}
-	if urlHasPassword(raw) {
-		return "", "", &repolock.Error{
-			Code: repolock.EInvalid,
-			Message: "repo_url must not contain a password or token: pass the user name in username, " +
-				"store the secret in your secret store and pass its location in secret_ref",
-			Details: map[string]any{"field": "repo_url"},
+	if user, ok := urlUserInfo(raw); ok {
+		detected := ""
+		if strings.IndexByte(user, ':') >= 0 {
+			detected = "a password"
+		} else if kind, ok := normalize.SecretShaped(user); ok {
+			detected = kind + " as its user"
+		}
+		if detected != "" {
+			return "", "", &repolock.Error{
+				Code: repolock.ESecretInField,
+				Message: "repo_url must not contain a password or token (it holds " + detected + "): pass the user name in username, " +
+					"store the secret in your secret store and pass its location in secret_ref",
+				Details: map[string]any{"field": "repo_url"},
+			}
 		}
 	}
 	return key, stored, nil

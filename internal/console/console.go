@@ -21,13 +21,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
-
+	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/locks"
@@ -38,13 +39,6 @@ import (
 // Prefix is where the console is mounted.
 const Prefix = "/ui"
 
-// Sign-in attempts allowed per process: SignInBurst at once, then
-// SignInRate per second.
-const (
-	SignInRate  rate.Limit = 1
-	SignInBurst int        = 10
-)
-
 // DefaultSessionTTL is how long a sign-in lasts.
 const DefaultSessionTTL = 12 * time.Hour
 
@@ -52,8 +46,17 @@ const DefaultSessionTTL = 12 * time.Hour
 type Config struct {
 	DB     *database.DB
 	Logger *slog.Logger
-	// AdminToken is the token operators sign in with. Required.
+	// AdminToken is the token operators sign in with. Required. A session
+	// is bound to the token that opened it: once the process runs with
+	// another token, the sessions opened with the old one are refused.
 	AdminToken string
+	// AuthGuard throttles failed sign-ins per client address and globally
+	// (internal/authguard); cmd/api shares one with the HTTP API, so an
+	// address has one budget on both. Required.
+	AuthGuard *authguard.Guard
+	// TrustForwardedFor counts sign-in failures against the address a
+	// trusted proxy appended to X-Forwarded-For (authguard.ClientAddr).
+	TrustForwardedFor bool
 	// Collector runs the GC for "dry run now" and "run now": the process's
 	// one collector (cmd/api wires the same one into the API and the loop,
 	// so console runs show in the GC metrics). Required.
@@ -73,9 +76,10 @@ type Config struct {
 	ReportsDB *database.DB
 	// SessionTTL is the server-side lifetime of a session (default 12 h).
 	SessionTTL time.Duration
-	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (Secure
-	// cookies) for deployments behind a TLS-terminating proxy. Only enable
-	// it when the proxy always sets the header.
+	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS (Secure,
+	// __Host- cookies and HSTS) for deployments behind a TLS-terminating
+	// proxy (serve: TRUST_FORWARDED_PROTO). Only enable it when the proxy
+	// always sets the header.
 	TrustForwardedProto bool
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
@@ -86,12 +90,14 @@ type Config struct {
 // Console is the console's http.Handler.
 type Console struct {
 	cfg Config
-	// signIns limits sign-in attempts (all of them, per process), so the
-	// admin token cannot be guessed at network speed.
-	signIns *rate.Limiter
-	data    *data
-	mux     *http.ServeMux
-	pages   map[string]*template.Template
+	// tokenKey is the key sessions are bound to the admin token with
+	// (bindingOf).
+	tokenKey []byte
+	data     *data
+	mux      *http.ServeMux
+	// patterns are the mux's patterns but the catch-all (Routes).
+	patterns []string
+	pages    map[string]*template.Template
 }
 
 //go:embed templates/*.html
@@ -108,6 +114,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.AdminToken == "" {
 		return nil, errors.New("console: Config.AdminToken is required")
 	}
+	if cfg.AuthGuard == nil {
+		return nil, errors.New("console: Config.AuthGuard is required")
+	}
 	if cfg.Collector == nil || cfg.Sync == nil || cfg.Tenants == nil || cfg.Locks == nil || cfg.Apps == nil {
 		return nil, errors.New("console: Config.Collector, Config.Sync, Config.Tenants, Config.Locks and Config.Apps are required")
 	}
@@ -123,8 +132,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 50
 	}
-	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux(),
-		signIns: rate.NewLimiter(SignInRate, SignInBurst)}
+	c := &Console{cfg: cfg, data: newData(cfg), mux: http.NewServeMux(), tokenKey: tokenKey(cfg.AdminToken)}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}
@@ -142,30 +150,29 @@ func (c *Console) Mount(e *echo.Echo) {
 func (c *Console) now() time.Time { return c.cfg.Now().UTC() }
 
 func (c *Console) routes() {
-	m := c.mux
 	static, _ := fs.Sub(staticFS, "static")
-	m.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticHandler(static)))
-	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+	c.handle("GET /ui/static/", http.StripPrefix("/ui/static/", staticHandler(static)))
+	c.handleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
-	m.HandleFunc("GET /ui/login", c.loginForm)
-	m.HandleFunc("POST /ui/login", c.login)
-	m.HandleFunc("POST /ui/logout", c.auth(c.logout))
-	m.HandleFunc("GET /ui/{$}", c.auth(c.overview))
-	m.HandleFunc("GET /ui/ownership", c.auth(c.ownership))
-	m.HandleFunc("GET /ui/denials", c.auth(c.denials))
-	m.HandleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))
-	m.HandleFunc("GET /ui/gc", c.auth(c.gcPage))
-	m.HandleFunc("POST /ui/gc/dry-run", c.auth(c.gcDryRun))
-	m.HandleFunc("POST /ui/gc/run", c.auth(c.gcRun))
-	m.HandleFunc("GET /ui/sync", c.auth(c.syncPage))
-	m.HandleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
-	m.HandleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
-	m.HandleFunc("POST /ui/tenants", c.auth(c.createTenant))
-	m.HandleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
-	m.HandleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
-	m.HandleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
-	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+	c.handleFunc("GET /ui/login", c.loginForm)
+	c.handleFunc("POST /ui/login", c.login)
+	c.handleFunc("POST /ui/logout", c.auth(c.logout))
+	c.handleFunc("GET /ui/{$}", c.auth(c.overview))
+	c.handleFunc("GET /ui/ownership", c.auth(c.ownership))
+	c.handleFunc("GET /ui/denials", c.auth(c.denials))
+	c.handleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))
+	c.handleFunc("GET /ui/gc", c.auth(c.gcPage))
+	c.handleFunc("POST /ui/gc/dry-run", c.auth(c.gcDryRun))
+	c.handleFunc("POST /ui/gc/run", c.auth(c.gcRun))
+	c.handleFunc("GET /ui/sync", c.auth(c.syncPage))
+	c.handleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
+	c.handleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
+	c.handleFunc("POST /ui/tenants", c.auth(c.createTenant))
+	c.handleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
+	c.handleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
+	c.handleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
+	c.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		if allow := c.allowedMethods(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			c.errorPage(w, r, nil, http.StatusMethodNotAllowed,
@@ -175,6 +182,20 @@ func (c *Console) routes() {
 		c.errorPage(w, r, nil, http.StatusNotFound, "There is no such page.")
 	})
 }
+
+// handle registers pattern on the mux and records it for Routes.
+func (c *Console) handle(pattern string, h http.Handler) {
+	c.mux.Handle(pattern, h)
+	c.patterns = append(c.patterns, pattern)
+}
+
+func (c *Console) handleFunc(pattern string, h http.HandlerFunc) { c.handle(pattern, h) }
+
+// Routes returns the patterns the console serves, in net/http.ServeMux
+// syntax ("GET /ui/tenants/{name}/delete"; a pattern ending in "/" serves
+// the paths under it), all but the catch-all that answers 404 and 405. The
+// hostile-input tests enumerate them, so a new page is covered at once.
+func (c *Console) Routes() []string { return append([]string(nil), c.patterns...) }
 
 // allowedMethods returns the methods the console serves r's path with,
 // when r's own method is not one of them (the catch-all /ui/ pattern then
@@ -220,7 +241,51 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
 		h.Set("Cache-Control", "no-store")
 	}
+	if msg := checkAddress(r); msg != "" {
+		c.errorPage(w, r, nil, http.StatusBadRequest, msg)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// checkAddress returns why r's path or query is not text
+// (repolock.ValidateText: invalid UTF-8, NUL, control characters), or "".
+// Every path value and query parameter of every page passes it before any
+// handler runs, so none reaches a statement.
+func checkAddress(r *http.Request) string {
+	if err := repolock.ValidateText("The address", r.URL.Path, repolock.SingleLine); err != nil {
+		return repolock.ErrorMessage(err) + "."
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return "The address's query is not validly escaped."
+	}
+	for name, vs := range q {
+		if err := repolock.ValidateText("A query parameter name", name, repolock.SingleLine); err != nil {
+			return repolock.ErrorMessage(err) + "."
+		}
+		for _, v := range vs {
+			if err := repolock.ValidateText("The query parameter "+name, v, repolock.SingleLine); err != nil {
+				return repolock.ErrorMessage(err) + "."
+			}
+		}
+	}
+	return ""
+}
+
+// checkForm is checkAddress for the fields of a posted form.
+func checkForm(r *http.Request) string {
+	if err := r.ParseForm(); err != nil {
+		return "The form is not validly encoded."
+	}
+	for name, vs := range r.PostForm {
+		for _, v := range vs {
+			if err := repolock.ValidateText("The field "+name, v, repolock.SingleLine); err != nil {
+				return repolock.ErrorMessage(err) + "."
+			}
+		}
+	}
+	return ""
 }
 
 // staticHandler serves the embedded assets; they change only with the
@@ -263,6 +328,10 @@ func (c *Console) auth(next handlerFunc) http.HandlerFunc {
 			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 			if !checkCSRF(r, s) {
 				c.errorPage(w, r, s, http.StatusForbidden, "The form's CSRF token is missing or wrong. Reload the page and try again.")
+				return
+			}
+			if msg := checkForm(r); msg != "" {
+				c.errorPage(w, r, s, http.StatusBadRequest, msg)
 				return
 			}
 		}

@@ -3,16 +3,19 @@ package console
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
@@ -84,21 +87,94 @@ func TestSignIn(t *testing.T) {
 	}
 }
 
-func TestSignInRateLimited(t *testing.T) {
+// signIn posts token to /ui/login from addr, straight to the handler (so
+// that the test chooses the client address).
+func (e *env) signIn(addr, token string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/ui/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.RemoteAddr = addr + ":40000"
+	w := httptest.NewRecorder()
+	e.ui.ServeHTTP(w, req)
+	return w
+}
+
+// TestSignInThrottledPerAddress: an address that spent its budget of
+// failures is refused everything, the correct token included, until the
+// budget refills; another address signs in meanwhile.
+func TestSignInThrottledPerAddress(t *testing.T) {
 	e := newEnv(t)
-	b := e.browser()
-	for range SignInBurst {
-		wantStatus(t, b.post("/ui/login", url.Values{"token": {"rla_guess"}}), http.StatusUnauthorized)
+	const guesser, operator = "192.0.2.1", "192.0.2.2"
+	for range authguard.DefaultPerAddressBurst {
+		if w := e.signIn(guesser, "rla_guess"); w.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token within the budget: %d, want 401", w.Code)
+		}
 	}
-	r := b.post("/ui/login", url.Values{"token": {testAdminToken}})
-	wantStatus(t, r, http.StatusTooManyRequests)
-	if r.Header.Get("Retry-After") != "1" || r.Header.Get("Set-Cookie") != "" {
-		t.Errorf("Retry-After %q, Set-Cookie %q", r.Header.Get("Retry-After"), r.Header.Get("Set-Cookie"))
+	for _, tok := range []string{"rla_guess", testAdminToken} {
+		w := e.signIn(guesser, tok)
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "6" || w.Header().Get("Set-Cookie") != "" {
+			t.Fatalf("over the budget: %d, Retry-After %q, Set-Cookie %q; want 429, 6 and none",
+				w.Code, w.Header().Get("Retry-After"), w.Header().Get("Set-Cookie"))
+		}
 	}
-	// One token comes back per second of the (injected) clock.
-	e.clock.Advance(time.Second)
-	wantStatus(t, b.post("/ui/login", url.Values{"token": {testAdminToken}}), http.StatusSeeOther)
-	wantStatus(t, b.post("/ui/login", url.Values{"token": {testAdminToken}}), http.StatusTooManyRequests)
+	if w := e.signIn(operator, testAdminToken); w.Code != http.StatusSeeOther {
+		t.Fatalf("another address's correct token: %d, want 303", w.Code)
+	}
+	// One failure's worth comes back every 6 s of the (injected) clock.
+	e.clock.Advance(6 * time.Second)
+	if w := e.signIn(guesser, testAdminToken); w.Code != http.StatusSeeOther {
+		t.Fatalf("after the refill: %d, want 303", w.Code)
+	}
+}
+
+// TestSignInFloodDoesNotLockOutOperator: wrong tokens from many addresses,
+// concurrently, exhaust the global budget (they then get 429 with
+// Retry-After), and the operator's correct token from an address of its
+// own signs in every time.
+func TestSignInFloodDoesNotLockOutOperator(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.AuthGuard = authguard.New(authguard.Config{PerAddressRate: 0.001, PerAddressBurst: 3,
+			GlobalRate: 0.001, GlobalBurst: 20, MaxAddresses: 1000})
+	})
+	const attackers, perAttacker, signIns = 40, 4, 10
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		bad      []string
+	)
+	for i := range attackers {
+		wg.Go(func() {
+			for range perAttacker {
+				w := e.signIn(fmt.Sprintf("198.51.100.%d", i+1), "rla_guess")
+				mu.Lock()
+				statuses[w.Code]++
+				if w.Code == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+					bad = append(bad, "429 without Retry-After")
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for range signIns {
+		wg.Go(func() {
+			if w := e.signIn("203.0.113.9", testAdminToken); w.Code != http.StatusSeeOther {
+				mu.Lock()
+				bad = append(bad, fmt.Sprintf("the operator's sign-in answered %d", w.Code))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatal(bad)
+	}
+	// 20 failures fit the global budget; the other 140 are refused.
+	if statuses[http.StatusUnauthorized] != 20 || statuses[http.StatusTooManyRequests] != attackers*perAttacker-20 || len(statuses) != 2 {
+		t.Fatalf("wrong tokens answered %v, want 20 × 401 and the rest 429", statuses)
+	}
+	if w := e.signIn("203.0.113.9", testAdminToken); w.Code != http.StatusSeeOther {
+		t.Fatalf("after the flood: %d", w.Code)
+	}
 }
 
 func TestSignInRedirectStaysInConsole(t *testing.T) {
@@ -697,11 +773,12 @@ func TestTenants(t *testing.T) {
 
 	// Revoke.
 	r = b.post("/ui/tenants/alice/revoke", form(csrf))
-	wantStatus(t, r, http.StatusSeeOther)
-	if got := r.Header.Get("Location"); got != "/ui/tenants?revoked=alice&count=1" {
-		t.Errorf("Location %q", got)
-	}
-	wantContains(t, b.get(r.Header.Get("Location")), "Revoked 1 token(s) of alice.")
+	wantStatus(t, r, http.StatusOK)
+	wantContains(t, r, "Revoked 1 token(s) of alice.")
+	// A link cannot make the page print a notice.
+	r = b.get("/ui/tenants?revoked=Call+555-0100&count=all&notice=x")
+	wantStatus(t, r, http.StatusOK)
+	wantNotContains(t, r, "555-0100", `class="notice"`)
 	if _, err := e.tenants.Authenticate(ctx, m[1]); !repolock.IsCode(err, repolock.EUnauthenticated) {
 		t.Fatalf("revoked token still works: %v", err)
 	}
@@ -780,23 +857,72 @@ func TestWhen(t *testing.T) {
 // on another, and signing out on either ends it everywhere.
 func TestSessionSharedAcrossReplicas(t *testing.T) {
 	e := newEnv(t)
-	cfg := e.ui.cfg // another replica: same database, its own Console
-	other, err := New(Config{DB: e.db, AdminToken: testAdminToken, Now: e.clock.Now, Logger: cfg.Logger, Collector: cfg.Collector, Sync: cfg.Sync,
-		Tenants: cfg.Tenants, Locks: cfg.Locks, Apps: cfg.Apps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv2 := httptest.NewServer(other)
-	defer srv2.Close()
-	e2 := &env{t: t, db: e.db, ui: other, srv: srv2, clock: e.clock, tenants: e.tenants, apps: e.apps}
+	e2 := e.replica(t, testAdminToken)
 
 	b1 := e.browser()
 	b1.signIn()
 	u1, _ := url.Parse(e.srv.URL)
-	u2, _ := url.Parse(srv2.URL)
+	u2, _ := url.Parse(e2.srv.URL)
 	b2 := e2.browser()
 	b2.hc.Jar.SetCookies(u2, b1.hc.Jar.Cookies(u1))
 	wantStatus(t, b2.get("/ui/tenants"), http.StatusOK)
 	wantStatus(t, b2.post("/ui/logout", form(b2.csrf())), http.StatusSeeOther)
 	wantStatus(t, b1.get("/ui/tenants"), http.StatusSeeOther)
+}
+
+// replica is another Console on e's database, running with adminToken.
+func (e *env) replica(t *testing.T, adminToken string) *env {
+	cfg := e.ui.cfg
+	cfg.AdminToken = adminToken
+	other, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(other)
+	t.Cleanup(srv.Close)
+	return &env{t: t, db: e.db, ui: other, srv: srv, clock: e.clock, tenants: e.tenants, apps: e.apps}
+}
+
+// TestSessionEndsWithTokenRotation: a session is bound to the admin token
+// that opened it. A process running with a rotated token refuses it (and
+// accepts its own), and RevokeSessions ends every session.
+func TestSessionEndsWithTokenRotation(t *testing.T) {
+	e := newEnv(t)
+	const rotated = "rla_console_test_rotated_admin_token"
+	b1 := e.browser()
+	b1.signIn()
+	csrf := b1.csrf()
+	wantStatus(t, b1.get("/ui/tenants"), http.StatusOK)
+
+	// The same cookie on a process with the rotated token: signed out,
+	// and its forms are refused.
+	e2 := e.replica(t, rotated)
+	u1, _ := url.Parse(e.srv.URL)
+	u2, _ := url.Parse(e2.srv.URL)
+	old := e2.browser()
+	old.hc.Jar.SetCookies(u2, b1.hc.Jar.Cookies(u1))
+	r := old.get("/ui/gc")
+	wantStatus(t, r, http.StatusSeeOther)
+	if loc := r.Header.Get("Location"); !strings.HasPrefix(loc, "/ui/login") {
+		t.Fatalf("old session on the rotated process: Location %q", loc)
+	}
+	wantStatus(t, old.post("/ui/tenants", form(csrf, "name", "mallory")), http.StatusForbidden)
+	if n := e.count(`SELECT count(*) FROM cluster_users WHERE name = 'mallory'`); n != 0 {
+		t.Fatal("the old session created a tenant")
+	}
+	// The old token does not sign in there; the new one does.
+	if w := e2.signIn("192.0.2.7", testAdminToken); w.Code != http.StatusUnauthorized {
+		t.Fatalf("old token on the rotated process: %d", w.Code)
+	}
+	b2 := e2.browser()
+	b2.signInWith(rotated)
+	wantStatus(t, b2.get("/ui/tenants"), http.StatusOK)
+
+	// Revoke: every session ends, on every process.
+	n, err := RevokeSessions(t.Context(), e.db)
+	if err != nil || n != 2 {
+		t.Fatalf("RevokeSessions: %d %v, want 2", n, err)
+	}
+	wantStatus(t, b1.get("/ui/tenants"), http.StatusSeeOther)
+	wantStatus(t, b2.get("/ui/tenants"), http.StatusSeeOther)
 }

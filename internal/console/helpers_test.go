@@ -68,7 +68,7 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	// The GC collector, the sync store and the domain services, wired as
 	// `api serve` wires them.
 	api := httpapitest.Config(t, db, logger, testAdminToken)
-	cfg := Config{DB: db, AdminToken: testAdminToken, Now: clk.Now, Logger: logger, Collector: api.GC, Sync: api.Sync,
+	cfg := Config{DB: db, AdminToken: testAdminToken, AuthGuard: api.AuthGuard, Now: clk.Now, Logger: logger, Collector: api.GC, Sync: api.Sync,
 		Tenants: api.Tenants, Locks: api.Locks, Apps: api.Apps}
 	for _, m := range mod {
 		m(&cfg)
@@ -143,7 +143,13 @@ var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // signIn signs in with the admin token and returns the session's CSRF token.
 func (b *browser) signIn() string {
 	b.e.t.Helper()
-	r := b.post("/ui/login", url.Values{"token": {testAdminToken}})
+	return b.signInWith(testAdminToken)
+}
+
+// signInWith signs in with token.
+func (b *browser) signInWith(token string) string {
+	b.e.t.Helper()
+	r := b.post("/ui/login", url.Values{"token": {token}})
 	if r.Status != http.StatusSeeOther || r.Header.Get("Location") != "/ui/" {
 		b.e.t.Fatalf("sign in: %d %s", r.Status, r.Header.Get("Location"))
 	}

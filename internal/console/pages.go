@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/syncstate"
@@ -36,10 +37,16 @@ func safeNext(next string) string {
 // refused with its own message (403), anything else is 401.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	if !c.signIns.AllowN(c.now(), 1) {
-		w.Header().Set("Retry-After", "1")
+	addr := authguard.ClientAddr(r, c.cfg.TrustForwardedFor)
+	tooMany := func(wait time.Duration) {
+		w.Header().Set("Retry-After", strconv.Itoa(authguard.RetryAfter(wait)))
 		c.render(w, r, http.StatusTooManyRequests, "login", nil, view{Title: "Sign in",
-			Error: "Too many sign-in attempts. Wait a moment and try again.", Body: safeNext(r.PostFormValue("next"))})
+			Error: "Too many failed sign-ins. Wait a moment and try again.", Body: safeNext(r.PostFormValue("next"))})
+	}
+	// An address that has spent its budget of failures is refused before
+	// the token is looked at (authguard).
+	if wait, blocked := c.cfg.AuthGuard.Blocked(addr, c.now()); blocked {
+		tooMany(wait)
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
@@ -52,6 +59,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !equalSecret(token, c.cfg.AdminToken) {
+		// A failure: within the budgets 401 (or 403 for a tenant
+		// token), beyond either 429. The correct token never gets here.
+		if wait := c.cfg.AuthGuard.Failed(addr, c.now()); wait > 0 {
+			tooMany(wait)
+			return
+		}
 		if strings.HasPrefix(token, tenants.TokenPrefix) && c.data.tenantToken(r.Context(), token) {
 			c.cfg.Logger.WarnContext(r.Context(), "console: a tenant token tried to sign in")
 			fail(http.StatusForbidden, "That is a tenant token. Only the admin token can sign in to the console.")
@@ -431,13 +444,11 @@ type tenantsView struct {
 	Form    struct{ Name, DisplayName string }
 }
 
+// tenantsPage takes no notice from its address: a status notice is only
+// ever written by the handler that did the work (revokeTokens), never by
+// whoever wrote a link.
 func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request, s *session) {
-	var notice string
-	q := r.URL.Query()
-	if n := q.Get("revoked"); n != "" {
-		notice = "Revoked " + q.Get("count") + " token(s) of " + n + "."
-	}
-	c.renderTenants(w, r, s, http.StatusOK, &tenantsView{}, view{Notice: notice})
+	c.renderTenants(w, r, s, http.StatusOK, &tenantsView{}, view{})
 }
 
 func (c *Console) renderTenants(w http.ResponseWriter, r *http.Request, s *session, status int, v *tenantsView, page view) {
@@ -487,7 +498,11 @@ func (c *Console) revokeTokens(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	c.cfg.Logger.InfoContext(r.Context(), "console: tokens revoked", "user", name, "revoked", n)
-	http.Redirect(w, r, "/ui/tenants?revoked="+urlQueryEscape(name)+"&count="+strconv.FormatInt(n, 10), http.StatusSeeOther)
+	// The notice is the page's answer to the POST (as createTenant's),
+	// not a redirect whose query would say what to print: the name is
+	// the tenant's that was found, the count the one revoked.
+	c.renderTenants(w, r, s, http.StatusOK, &tenantsView{},
+		view{Notice: "Revoked " + strconv.FormatInt(n, 10) + " token(s) of " + name + "."})
 }
 
 type deleteView struct {

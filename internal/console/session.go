@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -40,6 +41,22 @@ func hashID(id string) []byte {
 	return sum[:]
 }
 
+// tokenKey is the key a session's binding to the admin token is made with
+// (a digest of the token, so the token itself is never a MAC key).
+func tokenKey(adminToken string) []byte {
+	sum := sha256.Sum256([]byte("repolock console session binding\x00" + adminToken))
+	return sum[:]
+}
+
+// bindingOf is the token_mac of session id under this process's admin
+// token: HMAC-SHA-256 of the id. A process with another admin token
+// computes another one, so its sessions are not this process's.
+func (c *Console) bindingOf(id string) []byte {
+	m := hmac.New(sha256.New, c.tokenKey)
+	m.Write([]byte(id))
+	return m.Sum(nil)
+}
+
 // equalSecret compares two secrets in constant time (over SHA-256 digests,
 // so lengths do not leak either).
 func equalSecret(a, b string) bool {
@@ -73,8 +90,8 @@ func (c *Console) createSession(ctx context.Context) (string, session, error) {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM console_sessions WHERE expires_at <= $1`, now); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO console_sessions (id_hash, csrf_token, created_at, expires_at)
-			VALUES ($1, $2, $3, $4)`, s.idHash, s.CSRF, now, s.ExpiresAt)
+		_, err := tx.ExecContext(ctx, `INSERT INTO console_sessions (id_hash, csrf_token, created_at, expires_at, token_mac)
+			VALUES ($1, $2, $3, $4, $5)`, s.idHash, s.CSRF, now, s.ExpiresAt, c.bindingOf(id))
 		return err
 	})
 	if err != nil {
@@ -83,7 +100,8 @@ func (c *Console) createSession(ctx context.Context) (string, session, error) {
 	return id, s, nil
 }
 
-// sessionOf returns the request's live session, or nil.
+// sessionOf returns the request's live session, or nil: one that has not
+// expired, and was opened with this process's admin token.
 func (c *Console) sessionOf(r *http.Request) (*session, error) {
 	ck, err := r.Cookie(c.cookieName(r))
 	if err != nil || ck.Value == "" || len(ck.Value) > 100 {
@@ -91,7 +109,7 @@ func (c *Console) sessionOf(r *http.Request) (*session, error) {
 	}
 	var s session
 	err = c.cfg.DB.GetContext(r.Context(), &s.CSRF, `SELECT csrf_token FROM console_sessions
-		WHERE id_hash = $1 AND expires_at > $2`, hashID(ck.Value), c.now())
+		WHERE id_hash = $1 AND expires_at > $2 AND token_mac = $3`, hashID(ck.Value), c.now(), c.bindingOf(ck.Value))
 	if database.IsNoRows(err) {
 		return nil, nil
 	}
@@ -131,4 +149,15 @@ func (c *Console) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 func checkCSRF(r *http.Request, s *session) bool {
 	got := r.PostFormValue("csrf")
 	return got != "" && equalSecret(got, s.CSRF)
+}
+
+// RevokeSessions ends every console session, of every replica: what `api
+// console sessions revoke` runs. It returns how many there were.
+func RevokeSessions(ctx context.Context, db *database.DB) (int64, error) {
+	res, err := db.ExecContext(ctx, `DELETE FROM console_sessions`)
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	n, err := res.RowsAffected()
+	return n, database.MapError(err)
 }

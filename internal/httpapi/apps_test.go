@@ -134,8 +134,23 @@ func TestCredentialsAPISecrets(t *testing.T) {
 	}
 	status, _, out := e.raw(http.MethodPost, "/v1/repository-credentials", alice, "application/json",
 		mustJSON(t, base(map[string]any{"repo_url": "https://git:hunter2@github.com/acme/infra"})))
-	if status != 400 || bytes.Contains(out, []byte("hunter2")) || !bytes.Contains(out, []byte("repo_url must not contain a password or token")) {
+	if status != 400 || bytes.Contains(out, []byte("hunter2")) || !bytes.Contains(out, []byte("repo_url must not contain a password or token")) ||
+		!bytes.Contains(out, []byte(`"code":"secret_in_field"`)) {
 		t.Fatalf("password in URL: %d %s", status, out)
+	}
+	// A token in a field that names or locates a credential: its own code,
+	// the field in details, the value never echoed.
+	for field, value := range map[string]string{
+		"username":   "ghp_abcdefabcdefabcdefabcdefabcdef123456",
+		"secret_ref": "https://x:hunter2@vault.example/v1/kv/git",
+	} {
+		status, _, out := e.raw(http.MethodPost, "/v1/repository-credentials", alice, "application/json", mustJSON(t, base(map[string]any{field: value})))
+		var resp map[string]any
+		_ = json.Unmarshal(out, &resp)
+		if status != 400 || errorOf(resp)["code"] != "secret_in_field" || errorOf(resp)["field"] != field ||
+			bytes.Contains(out, []byte("hunter2")) || bytes.Contains(out, []byte("abcdef")) {
+			t.Fatalf("%s holding a secret: %d %s", field, status, out)
+		}
 	}
 	var n int
 	if err := e.db.GetContext(t.Context(), &n, `SELECT count(*) FROM repository_credentials`); err != nil || n != 0 {
@@ -143,7 +158,7 @@ func TestCredentialsAPISecrets(t *testing.T) {
 	}
 
 	status, cred := e.call(http.MethodPost, "/v1/repository-credentials", alice, base(map[string]any{"repo_url": "ssh://git@github.com/acme/infra.git"}))
-	if status != http.StatusCreated || cred["repo_url"] != "ssh://github.com/acme/infra.git" || cred["username"] != "git" ||
+	if status != http.StatusCreated || cred["repo_url"] != "ssh://git@github.com/acme/infra.git" || cred["username"] != "git" ||
 		cred["secret_ref"] != "k8s://argocd/infra" || cred["normalized_url"] != "github.com/acme/infra" || cred["lock_id"] == "" {
 		t.Fatalf("create: %d %v", status, cred)
 	}

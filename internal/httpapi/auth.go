@@ -3,11 +3,14 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -28,6 +31,40 @@ func bearerToken(c echo.Context) (string, error) {
 	return strings.TrimSpace(token), nil
 }
 
+// guardedBearer is bearerToken behind the failure throttle
+// (internal/authguard): a client address that has spent its budget of
+// failed authentications gets 429 too_many_requests with Retry-After, the
+// correct token included, before anything is checked.
+func (s *Server) guardedBearer(c echo.Context) (string, error) {
+	addr := authguard.ClientAddr(c.Request(), s.cfg.TrustForwardedFor)
+	if wait, blocked := s.cfg.AuthGuard.Blocked(addr, time.Now()); blocked {
+		return "", tooManyFailures(c, wait)
+	}
+	return bearerToken(c)
+}
+
+// authFailed counts a failed authentication (an unauthenticated error; any
+// other error, such as the database being down, is returned as it is).
+// Within the address's and the global budgets the answer stays 401; beyond
+// either, 429 with Retry-After. A correct token never reaches here, so the
+// global budget never refuses it.
+func (s *Server) authFailed(c echo.Context, err error) error {
+	if !repolock.IsCode(err, repolock.EUnauthenticated) {
+		return err
+	}
+	addr := authguard.ClientAddr(c.Request(), s.cfg.TrustForwardedFor)
+	if wait := s.cfg.AuthGuard.Failed(addr, time.Now()); wait > 0 {
+		return tooManyFailures(c, wait)
+	}
+	return err
+}
+
+func tooManyFailures(c echo.Context, wait time.Duration) error {
+	secs := authguard.RetryAfter(wait)
+	c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+	return repolock.Errorf(repolock.ETooManyRequests, "too many failed authentications; retry after %d s", secs)
+}
+
 // isAdminToken compares in constant time (over SHA-256 digests, so the
 // lengths do not leak either).
 func (s *Server) isAdminToken(token string) bool {
@@ -40,7 +77,7 @@ func (s *Server) isAdminToken(token string) bool {
 // tenant: it gets 403 on tenant routes.
 func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		token, err := bearerToken(c)
+		token, err := s.guardedBearer(c)
 		if err != nil {
 			return err
 		}
@@ -49,7 +86,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		u, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		if err != nil {
-			return err
+			return s.authFailed(c, err)
 		}
 		c.Set(ctxKeyTenant, u)
 		if err := s.limitTenant(c, u.ID); err != nil {
@@ -63,24 +100,29 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 // 403, anything else 401.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		token, err := bearerToken(c)
+		token, err := s.guardedBearer(c)
 		if err != nil {
 			return err
 		}
 		if s.isAdminToken(token) {
 			return next(c)
 		}
-		if _, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token); err == nil {
+		_, err = s.cfg.Tenants.Authenticate(c.Request().Context(), token)
+		switch {
+		case err == nil:
 			return repolock.Errorf(repolock.EForbidden, "admin routes need the admin token")
+		case repolock.IsCode(err, repolock.EUnauthenticated):
+			return s.authFailed(c, repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token"))
+		default:
+			return err
 		}
-		return repolock.Errorf(repolock.EUnauthenticated, "invalid or revoked token")
 	}
 }
 
 // requireAnyToken accepts a tenant token or the admin token.
 func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		token, err := bearerToken(c)
+		token, err := s.guardedBearer(c)
 		if err != nil {
 			return err
 		}
@@ -89,7 +131,7 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		u, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		if err != nil {
-			return err
+			return s.authFailed(c, err)
 		}
 		c.Set(ctxKeyTenant, u)
 		if err := s.limitTenant(c, u.ID); err != nil {

@@ -53,6 +53,9 @@ func decodeStrict(body []byte, v any) error {
 	if !utf8.Valid(body) {
 		return repolock.Errorf(repolock.EInvalid, "request body is not valid UTF-8")
 	}
+	if esc, ok := loneSurrogate(body); ok {
+		return repolock.Errorf(repolock.EInvalid, "request body holds the escape %s, a lone UTF-16 surrogate: not a character", esc)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := scanValue(dec, reflect.TypeOf(v), "request body", repolock.SingleLine); err != nil {
@@ -67,6 +70,55 @@ func decodeStrict(body []byte, v any) error {
 		return jsonError(err)
 	}
 	return nil
+}
+
+// loneSurrogate finds a \uXXXX escape of a UTF-16 surrogate (D800-DFFF) that
+// is not half of a pair (a high one followed at once by a low one), which
+// encoding/json would silently turn into U+FFFD. It returns the escape as
+// written. Only escapes inside strings count; body is valid UTF-8.
+func loneSurrogate(body []byte) (string, bool) {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+		if err != nil {
+			return 0, false
+		}
+		return rune(n), true
+	}
+	inString := false
+	for i := 0; i < len(body); i++ {
+		b := body[i]
+		if !inString {
+			if b == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch b {
+		case '"':
+			inString = false
+		case '\\':
+			r, ok := hex4(i)
+			if !ok {
+				i++ // a one-character escape: skip the escaped byte
+				continue
+			}
+			switch {
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := hex4(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11
+					continue
+				}
+				return string(body[i : i+6]), true
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return string(body[i : i+6]), true
+			}
+			i += 5
+		}
+	}
+	return "", false
 }
 
 // scanValue reads one JSON value from dec, checking it against t (nil: any

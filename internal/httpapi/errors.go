@@ -20,6 +20,7 @@ const RetryAfterSeconds = "1"
 // statusByCode is the single mapping from domain error codes to HTTP status.
 var statusByCode = map[repolock.Code]int{
 	repolock.EInvalid:           http.StatusBadRequest,
+	repolock.ESecretInField:     http.StatusBadRequest,
 	repolock.EUnauthenticated:   http.StatusUnauthorized,
 	repolock.EForbidden:         http.StatusForbidden,
 	repolock.ENotFound:          http.StatusNotFound,
@@ -54,10 +55,19 @@ var codeByStatus = map[int]repolock.Code{
 }
 
 // allowedMethods lists the methods that have a real (not catch-all) route for
-// the request's path.
+// the request's path: the path the router routed (the escaped one when the
+// request has escapes Go would not produce itself, echo.GetPath), so that
+// Allow names only methods that would really be served.
 func (s *Server) allowedMethods(c echo.Context) []string {
 	var allowed []string
-	path := c.Request().URL.Path
+	path := echo.GetPath(c.Request())
+	// Only a registered route of that method counts: a group's catch-all
+	// (its prefix, and prefix/*) is registered for no method, and
+	// answers 404 whatever the method.
+	registered := map[string]bool{}
+	for _, r := range s.Echo.Routes() {
+		registered[r.Method+" "+r.Path] = true
+	}
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == c.Request().Method {
 			continue
@@ -66,7 +76,8 @@ func (s *Server) allowedMethods(c echo.Context) []string {
 		s.Echo.Router().Find(m, path, probe)
 		// The router marks a path that matched without this method with
 		// the Allow key (and answers 405); only a real match counts.
-		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil {
+		if p := probe.Path(); p != "" && !strings.HasSuffix(p, "*") && probe.Get(echo.ContextKeyHeaderAllow) == nil &&
+			registered[m+" "+p] {
 			allowed = append(allowed, m)
 		}
 	}

@@ -56,6 +56,14 @@ func FuzzHTTP(f *testing.F) {
 		{13, 0, 0, "x", `{"name":"a"} trailing`},
 		{14, 0, 0, "x", `{"a":{"b":{"c":[{"d":"\u0001"}]}}}`},
 		{15, 0, 0, "00000000-0000-0000-0000-000000000000", `{}`},
+		// Surrogates (as UTF-8 and as JSON escapes), overlong encodings and
+		// code points beyond U+10FFFF, escaped and raw.
+		{16, 0, 0, "\xed\xa0\x80", `{"name":"\ud800"}`},
+		{17, 0, 2, "%ed%b0%80", `{"name":"a","display_name":"\udc00"}`},
+		{18, 0, 0, "\xc0\xaf", `{"repo_url":"https://github.com/a/\ud83d"}`},
+		{19, 0, 2, "%c0%80", `{"message":"a\ud800b","metadata":{"k":"\udfff"}}`},
+		{20, 1, 2, "%f4%90%80%80", `{"name":"\ud83d\ude00"}`},
+		{21, 0, 2, "%e0%80%af", `{"events":[{"repo":"\ud800","rev":"1","cursor":1}]}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.route, s.method, s.flags, s.param, []byte(s.body))

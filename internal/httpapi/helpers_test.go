@@ -86,6 +86,9 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 	// registry of the test's own and with the logger the options chose.
 	svc := httpapitest.Config(t, db, cfg.Logger, adminToken)
 	cfg.Registry, cfg.GC, cfg.Repositories, cfg.Sync = svc.Registry, svc.GC, svc.Repositories, svc.Sync
+	if cfg.AuthGuard == nil {
+		cfg.AuthGuard = svc.AuthGuard
+	}
 	cfg.Tenants, cfg.Locks, cfg.Apps, cfg.Rekey, cfg.Aliases, cfg.Reports = svc.Tenants, svc.Locks, svc.Apps, svc.Rekey, svc.Aliases, svc.Reports
 	e.registry = cfg.Registry
 	srv, err := httpapi.New(cfg)

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -50,11 +51,28 @@ func requestID(c echo.Context) string { return c.Response().Header().Get(headerR
 func (s *Server) middlewares() []echo.MiddlewareFunc {
 	return []echo.MiddlewareFunc{
 		s.requestID,
+		s.strictTransport,
 		s.accessLog,
 		s.recoverPanic,
 		s.limitBody,
 		s.timeout,
 		s.checkParams,
+	}
+}
+
+// HSTS is the Strict-Transport-Security of every response over TLS.
+const HSTS = "max-age=31536000"
+
+// strictTransport adds HSTS to responses over TLS: the server's own
+// listener (TLS_CERT_FILE), or a proxy's when Config.TrustForwardedProto.
+// Browsers ignore it over plain HTTP, where it is not sent.
+func (s *Server) strictTransport(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.TLS != nil || (s.cfg.TrustForwardedProto && strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")) {
+			c.Response().Header().Set("Strict-Transport-Security", HSTS)
+		}
+		return next(c)
 	}
 }
 
@@ -93,19 +111,34 @@ func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 // checkParams refuses, with 400 invalid_argument, a path or query parameter
 // that is not text (repolock.ValidateText: NUL, invalid UTF-8 or control
 // characters), once for every route, before authentication and handlers.
+// The wildcard of the console's mount (/ui/*) is a path value like any
+// other (the console checks its own too); a group's catch-all only ever
+// answers 404 or 405. It also answers OPTIONS, which
+// no route serves, as a wrong method (405 with Allow, or 404), in the one
+// error shape: Echo's router would answer it 204 itself.
 func (s *Server) checkParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		for _, name := range c.ParamNames() {
-			if name == "*" {
+			if name == "*" && !isConsolePath(c.Path()) {
 				continue
 			}
 			v, err := pathParam(c, name)
 			if err != nil {
 				return err
 			}
-			if err := repolock.ValidateText("path parameter "+name, v, repolock.SingleLine); err != nil {
+			label := "path parameter " + name
+			if name == "*" {
+				label = "the path"
+			}
+			if err := repolock.ValidateText(label, v, repolock.SingleLine); err != nil {
 				return err
 			}
+		}
+		if c.Request().Method == http.MethodOptions && !isConsolePath(c.Path()) {
+			if len(s.allowedMethods(c)) > 0 {
+				return echo.ErrMethodNotAllowed
+			}
+			return echo.ErrNotFound
 		}
 		if c.Request().URL.RawQuery != "" {
 			q, err := url.ParseQuery(c.Request().URL.RawQuery)
@@ -125,6 +158,12 @@ func (s *Server) checkParams(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// isConsolePath reports whether route is the console's mount (/ui, /ui/*),
+// which answers its own methods.
+func isConsolePath(route string) bool {
+	return route == "/ui" || strings.HasPrefix(route, "/ui/")
 }
 
 // knownMethods are the values the method label of the HTTP metrics takes;

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/locks"
@@ -34,6 +35,18 @@ type Config struct {
 	Logger *slog.Logger
 	// AdminToken authorizes /v1/admin/... routes. Required.
 	AdminToken string
+	// AuthGuard throttles failed authentications per client address and
+	// globally (internal/authguard); cmd/api shares one with the console.
+	// Required.
+	AuthGuard *authguard.Guard
+	// TrustForwardedFor counts failures against the address a trusted
+	// proxy appended to X-Forwarded-For instead of the peer's
+	// (authguard.ClientAddr). Only behind a proxy that always sets it.
+	TrustForwardedFor bool
+	// TrustForwardedProto treats "X-Forwarded-Proto: https" as TLS: the
+	// responses then carry HSTS, as over the server's own TLS listener.
+	// Only behind a proxy that always sets it.
+	TrustForwardedProto bool
 	// RequestTimeout bounds each request's context (default 30s).
 	RequestTimeout time.Duration
 	// BodyLimit caps request bodies in bytes (default 1 MiB).
@@ -106,6 +119,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config.DB is required")
 	case cfg.AdminToken == "":
 		return nil, errors.New("httpapi: Config.AdminToken is required")
+	case cfg.AuthGuard == nil:
+		return nil, errors.New("httpapi: Config.AuthGuard is required")
 	case cfg.Registry == nil:
 		return nil, errors.New("httpapi: Config.Registry is required")
 	case cfg.Repositories == nil || cfg.Sync == nil || cfg.GC == nil:

@@ -48,6 +48,11 @@ func TestStrictInput(t *testing.T) {
 		{"LF in a path parameter", http.MethodGet, "/v1/applications/a%0Ab", alice, "", "path parameter id must be a single line (no CR or LF)"},
 		{"invalid UTF-8 in a path parameter", http.MethodGet, "/v1/repositories/a%FFb", alice, "", "path parameter name is not valid UTF-8"},
 		{"NUL in a query parameter", http.MethodGet, "/v1/applications?page_token=%00", alice, "", "query parameter page_token must not contain NUL bytes"},
+		{"lone high surrogate", http.MethodPost, users, adminToken, `{"name":"x11","display_name":"a\ud800b"}`, `request body holds the escape \ud800, a lone UTF-16 surrogate: not a character`},
+		{"lone low surrogate", http.MethodPost, users, adminToken, `{"name":"x12","display_name":"\uDC00"}`, `request body holds the escape \uDC00, a lone UTF-16 surrogate: not a character`},
+		{"reversed pair", http.MethodPost, users, adminToken, `{"name":"x13","display_name":"\udc00\ud800"}`, `request body holds the escape \udc00, a lone UTF-16 surrogate: not a character`},
+		{"high surrogate before a letter", http.MethodPost, users, adminToken, `{"name":"x14","display_name":"\ud800\u0041"}`, `request body holds the escape \ud800, a lone UTF-16 surrogate: not a character`},
+		{"surrogate in a key", http.MethodPost, users, adminToken, `{"na\ud800me":"x15"}`, `request body holds the escape \ud800, a lone UTF-16 surrogate: not a character`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ct := ""
@@ -68,6 +73,12 @@ func TestStrictInput(t *testing.T) {
 	}
 	// Exact names still work, and a multi-line display name does not.
 	e.must(http.StatusCreated, http.MethodPost, users, adminToken, map[string]any{"name": "carol", "display_name": "Carol Ünïcode ✓"})
+	// A surrogate pair is a character, and an escaped backslash before
+	// "ud800" is text.
+	status, resp := e.callRaw(http.MethodPost, users, adminToken, "application/json", []byte(`{"name":"dave","display_name":"\ud83d\ude00 \\ud800"}`))
+	if status != http.StatusCreated || resp["display_name"] != "😀 \\ud800" {
+		t.Fatalf("a surrogate pair: %d %v", status, resp)
+	}
 }
 
 // TestRequestIDEcho: only a caller ID of the safe set is echoed.

@@ -55,9 +55,20 @@ func FuzzRepoURL(f *testing.F) {
 			if _, err2 := StripUserInfo(in); err2 == nil || err2.Error() != err.Error() {
 				t.Fatalf("StripUserInfo(%q) error %v, RepoURL error %v", in, err2, err)
 			}
+			if _, err2 := Default().DisplayURL(in); err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("DisplayURL(%q) error %v, RepoURL error %v", in, err2, err)
+			}
 			return
 		}
 		checkKey(t, in, k)
+		// DisplayURL (the stored repo_url) never changes the key.
+		d, err := Default().DisplayURL(in)
+		if err != nil {
+			t.Fatalf("DisplayURL(%q): %v, RepoURL accepted it", in, err)
+		}
+		if k2, err := RepoURL(d); err != nil || k2 != k {
+			t.Fatalf("DisplayURL(%q) = %q, which gives %q, %v; want %q", in, d, k2, err, k)
+		}
 	})
 }
 

@@ -150,7 +150,7 @@ func TestAliasConflict(t *testing.T) {
 			t.Fatalf("dry %v: details %#v, change %+v", dry, re.Details, ch)
 		}
 		p := ps[0]
-		if p.Kind != "conflict" || p.TenantName != "a" || p.RepoURL != "gitlab-ssh.example.com:o/r.git" /* user info removed */ || p.OldKey != "gitlab-ssh.example.com/o/r" ||
+		if p.Kind != "conflict" || p.TenantName != "a" || p.RepoURL != "git@gitlab-ssh.example.com:o/r.git" /* the stored URL: an ssh login name is kept */ || p.OldKey != "gitlab-ssh.example.com/o/r" ||
 			p.NewKey != "gitlab.example.com/o/r" || p.OtherTenant != "b" || p.OtherRepoURL != "https://gitlab.example.com/o/r" ||
 			p.OtherKey != "gitlab.example.com/o/r" || p.TenantID != a || p.OtherTenantID != b {
 			t.Fatalf("conflict %+v", p)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/repolock/repolock/internal/apps"
+	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
@@ -51,6 +52,7 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 		DB:           db,
 		Logger:       logger,
 		AdminToken:   adminToken,
+		AuthGuard:    authguard.New(authguard.Defaults()),
 		RateLimit:    httpapi.DefaultRateLimit, // serve's default
 		Registry:     reg,
 		GC:           gc.New(db, ls, gc.Config{Logger: logger, Metrics: metrics, Cleaner: cleaner}),
