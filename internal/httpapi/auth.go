@@ -52,10 +52,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxKeyTenant, u)
-		if err := s.limitTenant(c, u.ID); err != nil {
-			return err
-		}
-		return next(c)
+		return s.admitTenant(c, u.ID, next)
 	}
 }
 
@@ -68,7 +65,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		if s.isAdminToken(token) {
-			return next(c)
+			return s.admitAdmin(c, next)
 		}
 		if _, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token); err == nil {
 			return repolock.Errorf(repolock.EForbidden, "admin routes need the admin token")
@@ -85,17 +82,14 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		if s.isAdminToken(token) {
-			return next(c)
+			return s.admitAdmin(c, next)
 		}
 		u, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		if err != nil {
 			return err
 		}
 		c.Set(ctxKeyTenant, u)
-		if err := s.limitTenant(c, u.ID); err != nil {
-			return err
-		}
-		return next(c)
+		return s.admitTenant(c, u.ID, next)
 	}
 }
 
