@@ -1,14 +1,17 @@
 // Package fairshare bounds how much of the database pool one tenant's
-// requests may hold at once: each key (a tenant, or the admin token) has at
-// most Share requests in flight; a request beyond its key's share waits up
-// to Wait for one of them to end, then is refused (the HTTP API answers 429
-// with Retry-After). A request in flight counts as one connection: every
-// handler of the API holds at most one pool connection at a time, so a
-// tenant can never hold more than Share connections, and the others keep
-// PoolSize-Share of them whatever it sends.
+// requests may hold at once: each key (a tenant, or the admin token) has
+// Share slots; a request takes one (a heavy one more: the HTTP API weighs a
+// batch by its rows), and a request that finds too few free waits up to
+// Wait, first come first served, then is refused (the HTTP API answers 429
+// with Retry-After). Every handler of the API holds at most one pool
+// connection at a time, so a tenant never holds more than Share
+// connections, and the others keep PoolSize-Share of them whatever it
+// sends; weighing heavy requests also bounds the database time one tenant
+// can take at once, not only its connections.
 package fairshare
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -65,11 +68,17 @@ type Limiter struct {
 	waits, rejections prometheus.Counter
 }
 
-// slots is one key's share: a semaphore, and how many requests use it
-// (holding or waiting), so that an unused key is dropped from the map.
+// slots is one key's share: the slots in use and the requests waiting for
+// some, first come first served (a large request at the head is not
+// overtaken by small ones behind it).
 type slots struct {
-	sem   chan struct{}
-	users int
+	used    int
+	waiters list.List // of *waiter
+}
+
+type waiter struct {
+	n     int
+	ready chan struct{} // closed when the slots are granted
 }
 
 // New returns a Limiter; an invalid Config is an error.
@@ -103,72 +112,115 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// Share is the most requests one key may have in flight.
+// Share is the most slots one key may hold.
 func (l *Limiter) Share() int { return l.share }
 
 // Wait is how long a request beyond its share waits.
 func (l *Limiter) Wait() time.Duration { return l.wait }
 
-// Acquire takes one of key's slots, waiting up to the Limiter's Wait for
-// one. It returns the function that gives the slot back (call it once, when
-// the request ends), or ErrOverShare, or ctx's error when ctx ended first.
-func (l *Limiter) Acquire(ctx context.Context, key string) (release func(), err error) {
+// Acquire takes n of key's slots (n is cut to 1..Share), waiting up to the
+// Limiter's Wait for them, behind the requests of key that came first. It
+// returns the number taken, which the caller gives back with Release when
+// the request ends, or ErrOverShare, or ctx's error when ctx ended first.
+func (l *Limiter) Acquire(ctx context.Context, key string, n int) (int, error) {
+	n = min(max(n, 1), l.share)
 	l.mu.Lock()
 	s, ok := l.keys[key]
 	if !ok {
-		s = &slots{sem: make(chan struct{}, l.share)}
+		s = &slots{}
 		l.keys[key] = s
 	}
-	s.users++
-	l.mu.Unlock()
-
-	release = func() {
-		<-s.sem
-		l.leave(key, s)
+	if s.waiters.Len() == 0 && s.used+n <= l.share {
+		s.used += n
+		l.mu.Unlock()
+		return n, nil
 	}
-	select {
-	case s.sem <- struct{}{}:
-		return release, nil
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		l.leave(key, s)
-		return nil, err
-	}
-	l.waits.Inc()
-	if l.wait > 0 {
-		t := time.NewTimer(l.wait)
-		defer t.Stop()
-		select {
-		case s.sem <- struct{}{}:
-			return release, nil
-		case <-ctx.Done():
-			l.leave(key, s)
-			return nil, ctx.Err()
-		case <-t.C:
+	if err := ctx.Err(); err != nil || l.wait == 0 {
+		l.drop(key, s)
+		l.mu.Unlock()
+		if err != nil {
+			return 0, err
 		}
+		l.rejections.Inc()
+		return 0, ErrOverShare
 	}
-	l.leave(key, s)
-	l.rejections.Inc()
-	return nil, ErrOverShare
+	w := &waiter{n: n, ready: make(chan struct{})}
+	elem := s.waiters.PushBack(w)
+	l.mu.Unlock()
+	l.waits.Inc()
+
+	t := time.NewTimer(l.wait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return n, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = ErrOverShare
+	}
+	l.mu.Lock()
+	select {
+	case <-w.ready:
+		// Granted as the wait ended: give the slots back.
+		s.used -= n
+	default:
+		s.waiters.Remove(elem)
+	}
+	// A waiter leaving the head may let the next ones in.
+	l.grant(s)
+	l.drop(key, s)
+	l.mu.Unlock()
+	if errors.Is(err, ErrOverShare) {
+		l.rejections.Inc()
+	}
+	return 0, err
 }
 
-// InFlight is how many requests of key hold a slot now.
+// Release gives back n slots of key taken by Acquire.
+func (l *Limiter) Release(key string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.keys[key]
+	if !ok || n <= 0 {
+		return
+	}
+	s.used -= n
+	if s.used < 0 {
+		panic("fairshare: Release of slots that were not acquired")
+	}
+	l.grant(s)
+	l.drop(key, s)
+}
+
+// grant gives slots to the waiters at the head of s's queue while they
+// fit. l.mu is held.
+func (l *Limiter) grant(s *slots) {
+	for e := s.waiters.Front(); e != nil; e = s.waiters.Front() {
+		w := e.Value.(*waiter)
+		if s.used+w.n > l.share {
+			return
+		}
+		s.used += w.n
+		s.waiters.Remove(e)
+		close(w.ready)
+	}
+}
+
+// drop forgets key when it holds nothing and nobody waits. l.mu is held.
+func (l *Limiter) drop(key string, s *slots) {
+	if s.used == 0 && s.waiters.Len() == 0 && l.keys[key] == s {
+		delete(l.keys, key)
+	}
+}
+
+// InFlight is how many slots of key are held now.
 func (l *Limiter) InFlight(key string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s, ok := l.keys[key]; ok {
-		return len(s.sem)
+		return s.used
 	}
 	return 0
-}
-
-// leave drops one user of key's slots, and the key when it has none.
-func (l *Limiter) leave(key string, s *slots) {
-	l.mu.Lock()
-	s.users--
-	if s.users == 0 && l.keys[key] == s {
-		delete(l.keys, key)
-	}
-	l.mu.Unlock()
 }

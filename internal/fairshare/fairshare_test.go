@@ -54,11 +54,16 @@ func newLimiter(t *testing.T, share int, wait time.Duration) (*Limiter, *prometh
 
 func mustAcquire(t *testing.T, l *Limiter, key string) func() {
 	t.Helper()
-	release, err := l.Acquire(context.Background(), key)
+	return mustAcquireN(t, l, key, 1)
+}
+
+func mustAcquireN(t *testing.T, l *Limiter, key string, n int) func() {
+	t.Helper()
+	got, err := l.Acquire(context.Background(), key, n)
 	if err != nil {
-		t.Fatalf("Acquire(%s): %v", key, err)
+		t.Fatalf("Acquire(%s, %d): %v", key, n, err)
 	}
-	return release
+	return func() { l.Release(key, got) }
 }
 
 // A key holding its whole share is refused after the wait; another key is
@@ -67,7 +72,7 @@ func mustAcquire(t *testing.T, l *Limiter, key string) func() {
 func TestShareIsPerKey(t *testing.T) {
 	l, _ := newLimiter(t, 2, time.Millisecond)
 	a1, a2 := mustAcquire(t, l, "a"), mustAcquire(t, l, "a")
-	if _, err := l.Acquire(context.Background(), "a"); !errors.Is(err, ErrOverShare) {
+	if _, err := l.Acquire(context.Background(), "a", 1); !errors.Is(err, ErrOverShare) {
 		t.Fatalf("third request of a: %v, want ErrOverShare", err)
 	}
 	b1, b2 := mustAcquire(t, l, "b"), mustAcquire(t, l, "b")
@@ -94,9 +99,9 @@ func TestWaitingRequestGetsReleasedSlot(t *testing.T) {
 	held := mustAcquire(t, l, "a")
 	got := make(chan error, 1)
 	go func() {
-		release, err := l.Acquire(context.Background(), "a")
+		n, err := l.Acquire(context.Background(), "a", 1)
 		if err == nil {
-			release()
+			l.Release("a", n)
 		}
 		got <- err
 	}()
@@ -124,7 +129,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
-		_, err := l.Acquire(ctx, "a")
+		_, err := l.Acquire(ctx, "a", 1)
 		got <- err
 	}()
 	for value(l.waits) < 1 {
@@ -140,8 +145,9 @@ func TestWaitEndsWithContext(t *testing.T) {
 	}
 }
 
-// Many goroutines of a few keys hammer the limiter: no key ever has more
-// than its share in flight, and every refusal is ErrOverShare.
+// Many goroutines of a few keys, with requests of every weight, hammer the
+// limiter: no key ever holds more than its share, and every refusal is
+// ErrOverShare.
 func TestConcurrentRequestsNeverExceedShare(t *testing.T) {
 	const share = 3
 	l, _ := newLimiter(t, share, 50*time.Microsecond)
@@ -160,7 +166,8 @@ func TestConcurrentRequestsNeverExceedShare(t *testing.T) {
 			k := g % len(inFlight)
 			key := fmt.Sprint("tenant-", k)
 			for range 300 {
-				release, err := l.Acquire(context.Background(), key)
+				w := 1 + g%share // weights 1..share
+				got, err := l.Acquire(context.Background(), key, w)
 				if errors.Is(err, ErrOverShare) {
 					refused.Add(1)
 					continue
@@ -172,7 +179,14 @@ func TestConcurrentRequestsNeverExceedShare(t *testing.T) {
 					}
 					return
 				}
-				n := inFlight[k].Add(1)
+				if got != w {
+					select {
+					case otherErrs <- fmt.Errorf("Acquire(%d) took %d", w, got):
+					default:
+					}
+					return
+				}
+				n := inFlight[k].Add(int32(got))
 				for {
 					w := worst.Load()
 					if n <= w || worst.CompareAndSwap(w, n) {
@@ -181,8 +195,8 @@ func TestConcurrentRequestsNeverExceedShare(t *testing.T) {
 				}
 				admitted.Add(1)
 				time.Sleep(10 * time.Microsecond)
-				inFlight[k].Add(-1)
-				release()
+				inFlight[k].Add(-int32(got))
+				l.Release(key, got)
 			}
 		}()
 	}
@@ -211,4 +225,45 @@ func value(c prometheus.Counter) float64 {
 		panic(fmt.Sprint("gather: ", err))
 	}
 	return mfs[0].GetMetric()[0].GetCounter().GetValue()
+}
+
+// Requests weigh: a request of weight n takes n slots (cut to the share),
+// and the waiters are served first come first served: a light request does
+// not overtake a heavy one waiting before it.
+func TestWeightedFirstComeFirstServed(t *testing.T) {
+	l, _ := newLimiter(t, 3, time.Hour)
+	if n, err := l.Acquire(context.Background(), "a", 99); err != nil || n != 3 {
+		t.Fatalf("Acquire(99) = %d, %v; want the whole share, 3", n, err)
+	}
+	l.Release("a", 3)
+	held := mustAcquireN(t, l, "a", 2)
+	heavy, light := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := l.Acquire(context.Background(), "a", 2); heavy <- err }()
+	for value(l.waits) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	// One slot is free, but the heavy request waits first.
+	go func() { _, err := l.Acquire(context.Background(), "a", 1); light <- err }()
+	for value(l.waits) < 2 {
+		select {
+		case err := <-light:
+			t.Fatalf("the light request overtook the heavy one: %v", err)
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	held() // 0 held: the heavy one gets 2, then the light one 1.
+	if err := <-heavy; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-light; err != nil {
+		t.Fatal(err)
+	}
+	if n := l.InFlight("a"); n != 3 {
+		t.Fatalf("InFlight = %d, want 3", n)
+	}
+	l.Release("a", 3)
+	if n := l.InFlight("a"); n != 0 {
+		t.Fatalf("InFlight = %d after release", n)
+	}
 }

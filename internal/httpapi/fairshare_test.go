@@ -3,10 +3,12 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +103,50 @@ func TestTenantShareOfPool(t *testing.T) {
 		t.Fatalf("a's held batch: %d", st)
 	}
 	e.must(http.StatusOK, http.MethodGet, "/v1/me", a, nil)
+}
+
+// A request weighs its body: ceil(share × length / BodyLimit) slots. With
+// a share of 4 and one slot in use, a body of the largest size waits for
+// all 4 and is refused (429, its body unread), while a light request of
+// the same tenant still fits.
+func TestShareWeighsBodies(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, withShare(4, 10*time.Millisecond))
+	a := e.tenant("weigh-a")
+	e.must(http.StatusCreated, http.MethodPut, "/v1/sync/hosts/pds.example", a, nil)
+	pid, release := holdTable(t, e, "sync_hosts")
+	defer release()
+	held := make(chan int, 1)
+	go func() {
+		status, _ := e.call(http.MethodPost, "/v1/sync/hosts/pds.example/events", a, eventsBody(1, 1))
+		held <- status
+	}()
+	dbtest.WaitUntilBlockedAny(t, e.db, pid)
+
+	// 1 MiB of events (the body limit): it weighs the whole share.
+	big := eventsBody(1, 2)
+	pad := strings.Repeat("x", 1<<20-200)
+	big["events"].([]map[string]any)[0]["repo"] = "did:plc:" + pad[:1000]
+	body := mustJSON(t, big)
+	body = append(body[:len(body)-1], []byte(`,"_":"`+pad[:1<<20-len(body)-8]+`"}`)...)
+	if len(body) > 1<<20 || len(body) < 1<<20-10 {
+		t.Fatalf("body of %d bytes", len(body))
+	}
+	status, hdr, out := e.raw(http.MethodPost, "/v1/sync/hosts/pds.example/events", a, "application/json", body)
+	resp := e.object(http.MethodPost, "events", status, out)
+	expectError(t, "a body of the largest size", status, resp, http.StatusTooManyRequests, "too_many_requests", "")
+	if hdr.Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After = %q", hdr.Get("Retry-After"))
+	}
+	e.must(http.StatusOK, http.MethodGet, "/v1/me", a, nil)
+
+	release()
+	if st := <-held; st != http.StatusOK {
+		t.Fatalf("held request: %d", st)
+	}
+	// With nothing else in flight, the same body is admitted (and refused
+	// for its unknown field: it was read).
+	e.wantErr(http.StatusBadRequest, "invalid_argument", http.MethodPost, "/v1/sync/hosts/pds.example/events", a, json.RawMessage(body))
 }
 
 // Batch routes cost one request per RateRowsPerRequest rows (at most the

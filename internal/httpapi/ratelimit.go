@@ -131,22 +131,20 @@ func (s *Server) rowsNote() string {
 	return ", a batch counting one request per " + strconv.Itoa(s.cfg.RateRowsPerRequest) + " rows"
 }
 
-// chargeRows charges a batch route by its cost: a batch of rows rows costs
-// ceil(rows / RateRowsPerRequest) requests (at most the burst, so that
-// every valid batch can pass), of which its admission already took one.
-// The batch itself goes on (it was admitted with a token in the bucket);
-// what it costs beyond is taken from the tenant's next requests. Handlers
+// chargeRows charges a batch route by its cost in the rate limit. Handlers
 // of batch routes call it once they know the number of rows, before
-// touching the database. Off when the rate limit or
-// RateRowsPerRequest is.
+// touching the database: a batch of rows rows costs ceil(rows /
+// RateRowsPerRequest) requests (at most the burst, so that every valid
+// batch can pass), of which its admission already took one. The batch
+// itself goes on (it was admitted with a token in the bucket); what it
+// costs beyond is taken from the tenant's next requests. Off when the rate
+// limit or RateRowsPerRequest is.
 func (s *Server) chargeRows(c echo.Context, rows int) {
 	per := s.cfg.RateRowsPerRequest
-	u, ok := c.Get(ctxKeyTenant).(tenantValue)
-	if s.limiter == nil || per <= 0 || !ok {
-		return
+	if u, ok := c.Get(ctxKeyTenant).(tenantValue); ok && s.limiter != nil && per > 0 {
+		cost := (rows + per - 1) / per
+		s.limiter.charge(u.ID, cost-1, time.Now())
 	}
-	cost := (rows + per - 1) / per
-	s.limiter.charge(u.ID, cost-1, time.Now())
 }
 
 // adminShareKey is the admin token's key in the fair share: the admin
@@ -170,23 +168,39 @@ func (s *Server) admitAdmin(c echo.Context, next echo.HandlerFunc) error {
 	return s.withShare(c, adminShareKey, next)
 }
 
-// withShare runs next holding one of key's slots of Config.Share. A request
-// beyond the share waits up to Share.Wait() for one, then gets 429
-// too_many_requests with Retry-After: 1, never a wait for a pool
-// connection that ends in 504.
+// withShare runs next holding its weight of key's share (Config.Share):
+// shareWeight slots. A request that finds too few free waits up to
+// Share.Wait() for them, behind the key's requests that came first, then
+// gets 429 too_many_requests with Retry-After: 1, never a wait for a pool
+// connection that ends in 504. Nothing of its body has been read then.
 func (s *Server) withShare(c echo.Context, key string, next echo.HandlerFunc) error {
 	if s.cfg.Share == nil {
 		return next(c)
 	}
-	release, err := s.cfg.Share.Acquire(c.Request().Context(), key)
+	n, err := s.cfg.Share.Acquire(c.Request().Context(), key, s.shareWeight(c.Request().ContentLength))
 	if errors.Is(err, fairshare.ErrOverShare) {
 		retryAfter(c, time.Second)
 		return repolock.Errorf(repolock.ETooManyRequests,
-			"too many requests in flight: a tenant may have %d requests using the database at once; retry after 1 s", s.cfg.Share.Share())
+			"too many requests in flight: this tenant's requests may hold %d of the database's connections at once, a request of a %d-byte body all of them; retry after 1 s",
+			s.cfg.Share.Share(), s.cfg.BodyLimit)
 	}
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer s.cfg.Share.Release(key, n)
 	return next(c)
+}
+
+// shareWeight is how many slots of its tenant's share a request with a
+// body of length bytes holds: ceil(Share × length / BodyLimit), at least
+// 1. The body is what makes a request heavy (a sync batch of 10,000 events
+// is about 0.6 MiB), and its length is known before it is read: a body of
+// the largest size holds the whole share and runs alone. A body of unknown
+// length (chunked) weighs as the largest.
+func (s *Server) shareWeight(length int64) int {
+	if length < 0 || length > s.cfg.BodyLimit {
+		length = s.cfg.BodyLimit
+	}
+	share := int64(s.cfg.Share.Share())
+	return int(max((share*length+s.cfg.BodyLimit-1)/s.cfg.BodyLimit, 1))
 }
