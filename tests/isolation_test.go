@@ -275,23 +275,35 @@ func TestNoisyNeighbour(t *testing.T) {
 }
 
 // BenchmarkNoisyNeighbour prints the noisy-neighbour figures (make
-// bench-isolation; REPOLOCK_ISOLATION_DURATION sets the flood, 10s by
-// default).
+// bench-isolation): with serve's defaults ("share") and with the share off
+// ("no-share", --tenant-pool-share 0: the pool as before issue 29).
+// REPOLOCK_ISOLATION_DURATION sets the flood (10s by default);
+// REPOLOCK_ISOLATION_ARGS adds serve flags to both.
 func BenchmarkNoisyNeighbour(b *testing.B) {
-	for range b.N {
-		r := newNoisyEnv(b, noisyDefaults(isolationDuration(b, 10*time.Second))).round(b, 0)
-		b.Log(r)
-		b.ReportMetric(float64(r.QuietP99.Microseconds())/1000, "B_quiet_p99_ms")
-		b.ReportMetric(float64(r.FloodP99.Microseconds())/1000, "B_flood_p99_ms")
-		b.ReportMetric(float64(r.FloodMax.Microseconds())/1000, "B_flood_max_ms")
-		b.ReportMetric(float64(r.BFailures), "B_failures")
-		b.ReportMetric(float64(r.A200), "A_200")
-		b.ReportMetric(float64(r.A429), "A_429")
-		b.ReportMetric(float64(r.A504), "A_504")
-		b.ReportMetric(float64(r.AEvents)/r.floodSeconds(), "A_events/s")
+	for _, bc := range []struct {
+		name string
+		args []string
+	}{{"share", nil}, {"no-share", []string{"--tenant-pool-share", "0"}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				cfg := noisyDefaults(isolationDuration(b, 10*time.Second))
+				cfg.Args = append(cfg.Args, bc.args...)
+				r := newNoisyEnv(b, cfg).round(b, 0)
+				b.Log(r)
+				b.ReportMetric(float64(r.QuietP99.Microseconds())/1000, "B_quiet_p99_ms")
+				b.ReportMetric(float64(r.FloodP99.Microseconds())/1000, "B_flood_p99_ms")
+				b.ReportMetric(float64(r.FloodMax.Microseconds())/1000, "B_flood_max_ms")
+				b.ReportMetric(float64(r.BFailures), "B_failures")
+				b.ReportMetric(float64(r.A200), "A_200")
+				b.ReportMetric(float64(r.A429), "A_429")
+				b.ReportMetric(float64(r.A504), "A_504")
+				b.ReportMetric(float64(r.AEvents)/r.floodSeconds(), "A_events/s")
+			}
+		})
 	}
 }
 
+// extraArgs are REPOLOCK_ISOLATION_ARGS's serve flags.
 func extraArgs() []string {
 	if v := os.Getenv("REPOLOCK_ISOLATION_ARGS"); v != "" {
 		return strings.Fields(v)
