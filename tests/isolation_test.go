@@ -210,7 +210,7 @@ func (e *noisyEnv) round(tb testing.TB, n int) isolationResult {
 // noisyDefaults: A at the issue's scale, with the rate limit off, so that
 // only the pool share stands between A and the database ("tenant A at any
 // request rate and batch size"); everything else at serve's defaults (a
-// pool of 20, a share of 10, a wait of 100 ms, a request timeout of 30 s).
+// pool of 20, a share of 10, a wait of 1 s, a request timeout of 30 s).
 func noisyDefaults(flood time.Duration) isolationConfig {
 	return isolationConfig{
 		Quiet:   3 * time.Second,

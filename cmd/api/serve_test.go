@@ -61,7 +61,7 @@ func TestServeConfigOff(t *testing.T) {
 	}
 	// The share of the pool and the charging of batches: on by default,
 	// off at 0.
-	if on.PoolShare != 0.5 || on.PoolShareWait != 100*time.Millisecond || on.RateRowsPerRequest != httpapi.DefaultRateRowsPerRequest {
+	if on.PoolShare != 0.5 || on.PoolShareWait != time.Second || on.RateRowsPerRequest != httpapi.DefaultRateRowsPerRequest {
 		t.Errorf("share defaults: %v %v %v", on.PoolShare, on.PoolShareWait, on.RateRowsPerRequest)
 	}
 	for name, off := range map[string]serveConfig{

@@ -25,7 +25,7 @@ import (
 const DefaultShareFraction = 0.5
 
 // DefaultWait is how long a request beyond its share waits by default.
-const DefaultWait = 100 * time.Millisecond
+const DefaultWait = time.Second
 
 // ShareOf returns the share of a pool of poolSize connections that fraction
 // (0 < fraction <= 1) gives one key: floor(fraction × poolSize), at most

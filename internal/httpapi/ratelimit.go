@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -177,12 +178,20 @@ func (s *Server) withShare(c echo.Context, key string, next echo.HandlerFunc) er
 	if s.cfg.Share == nil {
 		return next(c)
 	}
-	n, err := s.cfg.Share.Acquire(c.Request().Context(), key, s.shareWeight(c.Request().ContentLength))
+	w := s.shareWeight(c.Request().ContentLength)
+	n, err := s.cfg.Share.Acquire(c.Request().Context(), key, w)
 	if errors.Is(err, fairshare.ErrOverShare) {
 		retryAfter(c, time.Second)
+		weight := ""
+		switch length := c.Request().ContentLength; {
+		case w > 1 && length < 0:
+			weight = fmt.Sprintf(" (this request, for a body of unknown length, all %d)", w)
+		case w > 1:
+			weight = fmt.Sprintf(" (this request, for its %d-byte body, %d of them)", length, w)
+		}
 		return repolock.Errorf(repolock.ETooManyRequests,
-			"too many requests in flight: this tenant's requests may hold %d of the database's connections at once, a request of a %d-byte body all of them; retry after 1 s",
-			s.cfg.Share.Share(), s.cfg.BodyLimit)
+			"too many requests in flight: this tenant's requests may hold %d of the database's connections at once%s; retry after 1 s",
+			s.cfg.Share.Share(), weight)
 	}
 	if err != nil {
 		return err
