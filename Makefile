@@ -13,6 +13,7 @@ FUZZTIME  ?= 60s
 ORACLE_RANDOM ?= 5000
 BENCHTIME ?= 1x
 BENCH     ?= .
+ISOLATION_DURATION ?= 10s
 LISTEN_ADDR ?= 127.0.0.1:8080
 # make install: the binary installs as $(BINDIR)/repolock (scripts/install.sh).
 DESTDIR    ?=
@@ -90,6 +91,12 @@ bench: ## run the benchmarks against a real Postgres and print figures and ratio
 .PHONY: bench-http
 bench-http: build ## the binary at its defaults against its own database: pgbench + wrk, 32 connections, 15 s per phase (BENCH_DURATION=3s, BENCH_BASE_REF=<ref>)
 	@scripts/bench-http.sh
+
+.PHONY: bench-isolation
+bench-isolation: ## the noisy neighbour through the binary: B's one-row reads while A floods 10,000-event sync batches, with the pool share and without (ISOLATION_DURATION=10s)
+	@set -e; url=$$($(PG_TEST)); \
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" REPOLOCK_ISOLATION_DURATION=$(ISOLATION_DURATION) \
+		$(GO) test -run '^$$' -bench '^BenchmarkNoisyNeighbour$$' -benchtime 1x -timeout 10m ./tests/
 
 .PHONY: bench-scale
 bench-scale: ## capacity at 10M locks vs 100k (SCALE_LOCKS, SCALE_SMALL, SCALE_TENANTS, SCALE_EVENTS) and the cost of a synchronous standby; long, not in make test

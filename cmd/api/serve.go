@@ -19,6 +19,7 @@ import (
 	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/fairshare"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/rekey"
@@ -101,6 +102,15 @@ type serveConfig struct {
 	// 0 is off. RateBurst is the bucket size (0: httpapi.DefaultRateBurst).
 	RateLimit float64
 	RateBurst int
+	// RateRowsPerRequest charges batch routes one request per this many
+	// rows (httpapi.Config.RateRowsPerRequest); 0: a batch is one request.
+	RateRowsPerRequest int
+	// PoolShare is the fraction of the pool's connections one tenant's
+	// requests may hold at once (fairshare.ShareOf: at least one, and one
+	// left for the others); 0 is off. PoolShareWait is how long a request
+	// beyond it waits before 429; 0 refuses it at once.
+	PoolShare     float64
+	PoolShareWait time.Duration
 
 	// TokenCache: Size 0 is off (every request authenticates against the
 	// database); Listen false: revocations take up to TTL.
@@ -137,6 +147,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		shutdownTimeout = fs.Duration("shutdown-timeout", fs.envDuration("SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
 		rateLimit       = fs.Float64("rate-limit", fs.envFloat("RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 is off (no limit) [RATE_LIMIT]")
 		rateBurst       = fs.Int("rate-burst", fs.envInt("RATE_BURST", httpapi.DefaultRateBurst), fmt.Sprintf("requests a tenant may send at once above the rate; 0 means the default, %d [RATE_BURST]", httpapi.DefaultRateBurst))
+		rateRows        = fs.Int("rate-rows-per-request", fs.envInt("RATE_ROWS_PER_REQUEST", httpapi.DefaultRateRowsPerRequest), "rows of a batch route (sync events, sync listings) that cost as much as one request in the rate limit; 0: a batch counts as one request [RATE_ROWS_PER_REQUEST]")
+		poolShare       = fs.Float64("tenant-pool-share", fs.envFloat("TENANT_POOL_SHARE", fairshare.DefaultShareFraction), "fraction of --db-max-open-conns one tenant's requests may hold at once (at least 1, always leaving 1 for the others); the admin token has its own; 0 is off [TENANT_POOL_SHARE]")
+		poolShareWait   = fs.Duration("tenant-pool-wait", fs.envDuration("TENANT_POOL_WAIT", fairshare.DefaultWait), "how long a request beyond its tenant's share waits for a slot before 429 with Retry-After; 0 answers 429 at once [TENANT_POOL_WAIT]")
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 		gcLoop          gcLoopFlags
@@ -169,6 +182,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateBurst:           *rateBurst,
 		AliasRefresh:        *aliasRefresh,
 		PreparedStatements:  common.db.prepared,
+		RateRowsPerRequest:  *rateRows,
+		PoolShare:           *poolShare,
+		PoolShareWait:       *poolShareWait,
 		// Secrets come from the environment after parsing, never as flag
 		// defaults (--help would print them).
 		MigrateURL: common.db.migrationURL(),
@@ -214,6 +230,14 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if cfg.AliasRefresh <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
+	}
+	switch {
+	case cfg.RateRowsPerRequest < 0:
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--rate-rows-per-request must not be negative (0 is off)")}
+	case !(cfg.PoolShare >= 0 && cfg.PoolShare <= 1):
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--tenant-pool-share must be a fraction from 0 (off) to 1, got %g", cfg.PoolShare)}
+	case cfg.PoolShareWait < 0:
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--tenant-pool-wait must not be negative (0 answers 429 at once)")}
 	}
 	return cfg, nil
 }
@@ -333,6 +357,23 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 			Help: "Authentication attempts answered 429: from an address over its failure budget, or failures over the global budget."},
 			func() float64 { return float64(guard.Stats().Refused) }),
 	)
+	// Each tenant's share of the pool (docs/operations.md, "Multi-tenant
+	// isolation").
+	var share *fairshare.Limiter
+	if cfg.PoolShare > 0 {
+		size := poolCfg.MaxOpenConns
+		if size <= 0 {
+			size = database.DefaultMaxOpenConns
+		}
+		if share, err = fairshare.New(fairshare.Config{
+			Share:    fairshare.ShareOf(size, cfg.PoolShare),
+			Wait:     cfg.PoolShareWait,
+			Registry: reg,
+		}); err != nil {
+			return nil, err
+		}
+		logger.Info("tenant pool share", "connections", share.Share(), "pool", size, "wait", cfg.PoolShareWait.String())
+	}
 	s.http, err = httpapi.New(httpapi.Config{
 		DB:                  s.db,
 		Logger:              logger,
@@ -343,6 +384,8 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		RequestTimeout:      cfg.RequestTimeout,
 		RateLimit:           cfg.RateLimit,
 		RateBurst:           cfg.RateBurst,
+		RateRowsPerRequest:  cfg.RateRowsPerRequest,
+		Share:               share,
 		Registry:            reg,
 		Repositories:        s.repositories,
 		Sync:                s.sync,

@@ -61,6 +61,27 @@ func TestServeConfigOff(t *testing.T) {
 			t.Errorf("%s: TOKEN_CACHE_SIZE=0 built a token cache", name)
 		}
 	}
+	// The share of the pool and the charging of batches: on by default,
+	// off at 0.
+	if on.PoolShare != 0.5 || on.PoolShareWait != time.Second || on.RateRowsPerRequest != httpapi.DefaultRateRowsPerRequest {
+		t.Errorf("share defaults: %v %v %v", on.PoolShare, on.PoolShareWait, on.RateRowsPerRequest)
+	}
+	for name, off := range map[string]serveConfig{
+		"environment": read(t, map[string]string{"TENANT_POOL_SHARE": "0", "TENANT_POOL_WAIT": "0", "RATE_ROWS_PER_REQUEST": "0"}),
+		"flags":       read(t, nil, "--tenant-pool-share", "0", "--tenant-pool-wait", "0", "--rate-rows-per-request", "0"),
+	} {
+		if off.PoolShare != 0 || off.PoolShareWait != 0 || off.RateRowsPerRequest != 0 {
+			t.Errorf("%s: share settings not off: %v %v %v", name, off.PoolShare, off.PoolShareWait, off.RateRowsPerRequest)
+		}
+		srv, err := buildServer(off, discard)
+		if err != nil {
+			t.Fatalf("%s: buildServer: %v", name, err)
+		}
+		if srv.http == nil {
+			t.Fatalf("%s: no server", name)
+		}
+		srv.close()
+	}
 	// A negative rate was always off too; it is 0 in the configuration.
 	if got := read(t, map[string]string{"RATE_LIMIT": "-5"}).RateLimit; got != 0 {
 		t.Errorf("RATE_LIMIT=-5: RateLimit %v, want 0 (off)", got)
@@ -84,6 +105,10 @@ func TestServeConfigRefused(t *testing.T) {
 		{map[string]string{"ADMIN_TOKEN": "x"}, 2, "the admin token is 1 bytes; at least 32 are required"},
 		{map[string]string{"ADMIN_TOKEN": strings.Repeat("a", 31)}, 2, "the admin token is 31 bytes"},
 		{map[string]string{"TLS_CERT_FILE": "/nonexistent/cert.pem"}, 2, "--tls-cert-file and --tls-key-file go together"},
+		{map[string]string{"TENANT_POOL_SHARE": "1.5"}, 2, "--tenant-pool-share must be a fraction from 0 (off) to 1"},
+		{map[string]string{"TENANT_POOL_SHARE": "-0.1"}, 2, "--tenant-pool-share must be a fraction from 0 (off) to 1"},
+		{map[string]string{"TENANT_POOL_WAIT": "-1ms"}, 2, "--tenant-pool-wait must not be negative"},
+		{map[string]string{"RATE_ROWS_PER_REQUEST": "-1"}, 2, "--rate-rows-per-request must not be negative"},
 	} {
 		envv := map[string]string{"DATABASE_URL": "postgres://nowhere.invalid/db"}
 		for k, v := range tc.env {

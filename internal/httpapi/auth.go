@@ -89,10 +89,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			return s.authFailed(c, err)
 		}
 		c.Set(ctxKeyTenant, u)
-		if err := s.limitTenant(c, u.ID); err != nil {
-			return err
-		}
-		return next(c)
+		return s.admitTenant(c, u.ID, next)
 	}
 }
 
@@ -105,7 +102,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		if s.isAdminToken(token) {
-			return next(c)
+			return s.admitAdmin(c, next)
 		}
 		_, err = s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		switch {
@@ -127,17 +124,14 @@ func (s *Server) requireAnyToken(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		if s.isAdminToken(token) {
-			return next(c)
+			return s.admitAdmin(c, next)
 		}
 		u, err := s.cfg.Tenants.Authenticate(c.Request().Context(), token)
 		if err != nil {
 			return s.authFailed(c, err)
 		}
 		c.Set(ctxKeyTenant, u)
-		if err := s.limitTenant(c, u.ID); err != nil {
-			return err
-		}
-		return next(c)
+		return s.admitTenant(c, u.ID, next)
 	}
 }
 

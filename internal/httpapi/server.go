@@ -18,6 +18,7 @@ import (
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/fairshare"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/rekey"
@@ -57,6 +58,15 @@ type Config struct {
 	// DefaultRateBurst). The admin token is not limited.
 	RateLimit float64
 	RateBurst int
+	// RateRowsPerRequest charges the batch routes by their rows: a sync
+	// batch of events or a listing of repositories costs one request per
+	// RateRowsPerRequest rows (serve's default DefaultRateRowsPerRequest);
+	// 0 charges a batch as one request.
+	RateRowsPerRequest int
+	// Share bounds each tenant's requests in flight, its share of the
+	// database pool (internal/fairshare; cmd/api builds it from the pool
+	// size); the admin token has a share of its own. Nil is off.
+	Share *fairshare.Limiter
 	// Registry is the process's metrics registry, owned by the caller: the
 	// server registers its HTTP metrics on it (once; a second server on
 	// the same registry is an error) and serves it on /metrics (the pool

@@ -13,7 +13,7 @@ import (
 // host cursors, repository rev indicators and the needs-index query.
 // Repository ids containing '/' are sent percent-encoded (%2F).
 func (s *Server) registerSyncRoutes() {
-	h := syncHandlers{store: s.cfg.Sync}
+	h := syncHandlers{store: s.cfg.Sync, chargeRows: s.chargeRows}
 	t := tenantRoutes{s}
 	t.add(http.MethodPut, "/sync/hosts/:host", h.putHost)
 	t.add(http.MethodGet, "/sync/hosts", h.listHosts)
@@ -28,6 +28,8 @@ func (s *Server) registerSyncRoutes() {
 
 type syncHandlers struct {
 	store *syncstate.Store
+	// chargeRows charges a batch by its rows (Server.chargeRows).
+	chargeRows func(c echo.Context, rows int)
 }
 
 type putHostRequest struct {
@@ -124,6 +126,7 @@ func (h syncHandlers) events(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
+	h.chargeRows(c, len(req.Events))
 	events := make([]syncstate.Event, len(req.Events))
 	for i, e := range req.Events {
 		if e.Cursor == nil || e.Repo == nil || e.Rev == nil {
@@ -152,6 +155,7 @@ func (h syncHandlers) listing(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
+	h.chargeRows(c, len(req.Repos))
 	if req.CursorBefore == nil {
 		return repolock.Errorf(repolock.EInvalid, "cursor_before is required: the host's first_cursor_since_reset read before the listing call")
 	}

@@ -27,6 +27,12 @@ import (
 // Config returns a complete httpapi.Config on db: a registry of its own, the
 // GC collector with its metrics and the repository Cleaner, the repostate
 // and syncstate services. A nil logger discards.
+//
+// The tenants' share of the pool (Config.Share) and the charging of batch
+// rows (Config.RateRowsPerRequest) are off, unlike serve's defaults: the
+// suites send bursts and batches from one tenant; the tests of those two
+// set them (internal/httpapi/fairshare_test.go), and the binary's tests
+// (tests/) run with serve's defaults.
 func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken string) httpapi.Config {
 	tb.Helper()
 	if logger == nil {
