@@ -1,0 +1,3 @@
+DROP TABLE kv_fences;
+DROP TABLE leases;
+DROP TABLE lease_tokens;
