@@ -85,7 +85,7 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 	// The services, wired as cmd/api serve wires them (httpapitest), on a
 	// registry of the test's own and with the logger the options chose.
 	svc := httpapitest.Config(t, db, cfg.Logger, adminToken)
-	cfg.Registry, cfg.GC, cfg.Repositories, cfg.Sync = svc.Registry, svc.GC, svc.Repositories, svc.Sync
+	cfg.Registry, cfg.GC, cfg.Repositories, cfg.Sync, cfg.Leases = svc.Registry, svc.GC, svc.Repositories, svc.Sync, svc.Leases
 	cfg.Tenants, cfg.Locks, cfg.Apps, cfg.Rekey, cfg.Aliases, cfg.Reports = svc.Tenants, svc.Locks, svc.Apps, svc.Rekey, svc.Aliases, svc.Reports
 	e.registry = cfg.Registry
 	srv, err := httpapi.New(cfg)
