@@ -1,10 +1,15 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -170,4 +175,89 @@ func TestLeasesLinearizableThreeReplicas(t *testing.T) {
 		}
 	}
 	leasecheck.Check(t, "replicas", ops, time.Minute)
+}
+
+// TestLeaseRunCLI: `api lease run` runs the command with the lease's token
+// in its environment and exits with its status; a held key exits 3; a
+// lease lost while the command runs stops the command and exits 4.
+func TestLeaseRunCLI(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	token := s.createTenant(t, "cron")
+	c := s.client(t, token)
+	ctx := t.Context()
+	lease := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(binPath, append([]string{"lease", "run", "--url", s.URL, "--key", "cron/nightly", "--ttl", "1s"}, args...)...)
+		cmd.Env = append(cleanEnv(), "REPOLOCK_TOKEN="+token)
+		return cmd
+	}
+	exitCode := func(err error) int {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	}
+
+	out, err := lease("--", "sh", "-c", `echo "$REPOLOCK_LEASE_KEY $REPOLOCK_FENCING_TOKEN"; exit 7`).Output()
+	if code := exitCode(err); code != 7 || strings.TrimSpace(string(out)) != "cron/nightly 1" {
+		t.Fatalf("run: exit %d, output %q; want 7 and the key and token 1", code, out)
+	}
+	// Released at the end: the key is free.
+	held, err := c.AcquireLease(ctx, client.AcquireLeaseRequest{Key: "cron/nightly", TTL: time.Minute})
+	if err != nil || held.FencingToken != 2 {
+		t.Fatalf("after the run: %+v, %v", held, err)
+	}
+	var stderr bytes.Buffer
+	cmd := lease("--", "true")
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 3 {
+		t.Fatalf("held key: exit %d (%s), want 3", code, stderr.String())
+	}
+	if err := c.ReleaseLease(ctx, held.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lost while running: the lease is released behind its back.
+	marker := filepath.Join(t.TempDir(), "running")
+	cmd = lease("--kill-after", "1s", "--", "sh", "-c", `touch "$0"; exec sleep 300`, marker)
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var id string
+	for id == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("api lease run ended early: %v\n%s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if _, err := os.Stat(marker); err != nil {
+			continue
+		}
+		for l, err := range c.ListLeases(ctx, client.LeaseListOptions{KeyPrefix: "cron/"}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = l.LeaseID
+		}
+	}
+	if err := c.ReleaseLease(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 4 || !strings.Contains(stderr.String(), "was lost") {
+			t.Fatalf("lost lease: exit %d, stderr %q; want 4", code, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("api lease run did not stop after its lease was lost")
+	}
 }

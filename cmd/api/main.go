@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
 	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},
 	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
+	"lease":     {"hold a lease while a command runs: run --key K --ttl 15s -- COMMAND [ARG...]", runLease},
 }
 
 // env is what commands share: the streams and the environment, so tests
