@@ -160,6 +160,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /ui/gc/run", c.auth(c.gcRun))
 	m.HandleFunc("GET /ui/sync", c.auth(c.syncPage))
 	m.HandleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
+	m.HandleFunc("GET /ui/leases", c.auth(c.leasesPage))
 	m.HandleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
 	m.HandleFunc("POST /ui/tenants", c.auth(c.createTenant))
 	m.HandleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
