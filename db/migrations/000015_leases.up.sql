@@ -8,7 +8,8 @@
 CREATE TABLE lease_tokens (
     cluster_user_id uuid   NOT NULL REFERENCES cluster_users (id) ON DELETE CASCADE,
     key             text   COLLATE "C" NOT NULL,
-    token           bigint NOT NULL CHECK (token > 0),
+    -- 0 until the key's first acquisition commits.
+    token           bigint NOT NULL CHECK (token >= 0),
     PRIMARY KEY (cluster_user_id, key)
 );
 
@@ -43,3 +44,41 @@ CREATE TABLE kv_fences (
     token           bigint NOT NULL CHECK (token > 0),
     PRIMARY KEY (cluster_user_id, guard)
 );
+
+-- repolock_lease_acquire is one acquisition attempt of internal/leases
+-- (Service.Acquire), in one round trip and one transaction. It locks the
+-- key's lease_tokens row, which orders the acquisitions of one key; the
+-- statements after the lock see every acquisition committed before it
+-- (each statement of a VOLATILE function takes a new snapshot). A key whose
+-- lease is valid (by the database's clock) answers a row with r_id NULL and
+-- the time the lease has left, and issues no token; otherwise the key's
+-- next token is issued and the lease row taken (replacing an expired one,
+-- with a new id).
+CREATE FUNCTION repolock_lease_acquire(p_user uuid, p_key text, p_holder text, p_ttl_ms bigint)
+RETURNS TABLE (r_id uuid, r_key text, r_token bigint, r_holder text, r_ttl_ms bigint,
+               r_acquired_at timestamptz, r_expires_at timestamptz, r_remaining float8)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    cur bigint;
+BEGIN
+    INSERT INTO lease_tokens (cluster_user_id, key, token) VALUES (p_user, p_key, 0)
+        ON CONFLICT (cluster_user_id, key) DO NOTHING;
+    SELECT t.token INTO cur FROM lease_tokens t
+        WHERE t.cluster_user_id = p_user AND t.key = p_key FOR UPDATE;
+    RETURN QUERY SELECT NULL::uuid, l.key, NULL::bigint, l.holder, NULL::bigint, NULL::timestamptz, NULL::timestamptz,
+            greatest(extract(epoch FROM l.expires_at - clock_timestamp()), 0)::float8
+        FROM leases l
+        WHERE l.cluster_user_id = p_user AND l.key = p_key AND l.expires_at > clock_timestamp();
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE lease_tokens t SET token = cur + 1 WHERE t.cluster_user_id = p_user AND t.key = p_key;
+    RETURN QUERY INSERT INTO leases AS l (cluster_user_id, key, token, holder, ttl_ms, acquired_at, expires_at)
+        VALUES (p_user, p_key, cur + 1, p_holder, p_ttl_ms, clock_timestamp(),
+                clock_timestamp() + p_ttl_ms * interval '1 millisecond')
+        ON CONFLICT (cluster_user_id, key) DO UPDATE SET id = gen_random_uuid(), token = EXCLUDED.token,
+            holder = EXCLUDED.holder, ttl_ms = EXCLUDED.ttl_ms, acquired_at = EXCLUDED.acquired_at,
+            expires_at = EXCLUDED.expires_at, created_at = now()
+        RETURNING l.id, l.key, l.token, l.holder, l.ttl_ms, l.acquired_at, l.expires_at, NULL::float8;
+END
+$$;

@@ -15,6 +15,7 @@ package leases
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"time"
@@ -170,32 +171,26 @@ func validateRequest(r AcquireRequest) error {
 }
 
 const (
-	// bumpTokenSQL issues the key's next fencing token. Its row lock
-	// orders the acquisitions of one key: the statement after it sees
-	// every acquisition committed before.
-	bumpTokenSQL = `INSERT INTO lease_tokens AS t (cluster_user_id, key, token) VALUES ($1, $2, 1)
-		ON CONFLICT (cluster_user_id, key) DO UPDATE SET token = t.token + 1
-		RETURNING token`
-
-	// takeSQL takes the key's lease row when there is none or it expired
-	// (by the database's clock). A new id each time: a keepalive or
-	// release of the previous lease, or a Cleanup that picked the expired
-	// row, no longer matches it.
-	takeSQL = `INSERT INTO leases AS l (cluster_user_id, key, token, holder, ttl_ms, acquired_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5::bigint, clock_timestamp(), clock_timestamp() + $5::bigint * interval '1 millisecond')
-		ON CONFLICT (cluster_user_id, key) DO UPDATE SET id = gen_random_uuid(), token = EXCLUDED.token,
-			holder = EXCLUDED.holder, ttl_ms = EXCLUDED.ttl_ms, acquired_at = EXCLUDED.acquired_at,
-			expires_at = EXCLUDED.expires_at, created_at = now()
-		WHERE l.expires_at <= clock_timestamp()
-		RETURNING ` + leaseColumns
-
 	leaseColumns = `id, key, token, holder, ttl_ms, acquired_at, expires_at`
 
-	// remainingSQL is the time left of the key's valid lease, by the
-	// database's clock.
-	remainingSQL = `SELECT greatest(extract(epoch FROM expires_at - clock_timestamp()), 0)::float8
-		FROM leases WHERE cluster_user_id = $1 AND key = $2`
+	// acquireSQL is one acquisition attempt (repolock_lease_acquire,
+	// migration 000015): the lease, or, for a held key, r_id NULL and the
+	// time the holder's lease has left by the database's clock.
+	acquireSQL = `SELECT r_id, r_key, r_token, r_holder, r_ttl_ms, r_acquired_at, r_expires_at, r_remaining
+		FROM repolock_lease_acquire($1, $2, $3, $4)`
 )
+
+// attempt is acquireSQL's row.
+type attempt struct {
+	ID         sql.NullString  `db:"r_id"`
+	Key        string          `db:"r_key"`
+	Token      sql.NullInt64   `db:"r_token"`
+	Holder     string          `db:"r_holder"`
+	TTLMillis  sql.NullInt64   `db:"r_ttl_ms"`
+	AcquiredAt sql.NullTime    `db:"r_acquired_at"`
+	ExpiresAt  sql.NullTime    `db:"r_expires_at"`
+	Remaining  sql.NullFloat64 `db:"r_remaining"`
+}
 
 // Acquire grants the lease on req.Key to tenantID, waiting up to req.Wait
 // for a held key (woken by the release's notification, or at the holder's
@@ -262,28 +257,15 @@ func (s *Service) Acquire(ctx context.Context, tenantID string, req AcquireReque
 
 // try is one acquisition attempt: *heldError when the key is held.
 func (s *Service) try(ctx context.Context, tenantID, key string, req AcquireRequest) (Lease, error) {
-	var l Lease
-	err := s.db.WithTx(ctx, func(tx database.Tx) error {
-		var token int64
-		if err := tx.GetContext(ctx, &token, bumpTokenSQL, tenantID, key); err != nil {
-			return err
-		}
-		err := tx.GetContext(ctx, &l, takeSQL, tenantID, key, token, req.Holder, req.TTL.Milliseconds())
-		if database.IsNoRows(err) {
-			var secs float64
-			if err := tx.GetContext(ctx, &secs, remainingSQL, tenantID, key); err != nil && !database.IsNoRows(err) {
-				return err
-			}
-			// Rolled back: the token was not issued.
-			return &heldError{remaining: time.Duration(secs * float64(time.Second))}
-		}
-		return err
-	})
-	var held *heldError
-	if errors.As(err, &held) {
-		return Lease{}, err
+	var a attempt
+	if err := s.db.GetPrepared(ctx, &a, acquireSQL, tenantID, key, req.Holder, req.TTL.Milliseconds()); err != nil {
+		return Lease{}, database.MapError(err)
 	}
-	return l, database.MapError(err)
+	if !a.ID.Valid {
+		return Lease{}, &heldError{remaining: time.Duration(a.Remaining.Float64 * float64(time.Second))}
+	}
+	return Lease{ID: a.ID.String, Key: a.Key, FencingToken: a.Token.Int64, Holder: a.Holder, TTLMillis: a.TTLMillis.Int64,
+		AcquiredAt: a.AcquiredAt.Time, ExpiresAt: a.ExpiresAt.Time}, nil
 }
 
 func notFound(id string) error {
@@ -299,7 +281,7 @@ func (s *Service) Keepalive(ctx context.Context, tenantID, id string) (_ Lease, 
 		return Lease{}, notFound(id)
 	}
 	var l Lease
-	err = s.db.GetContext(ctx, &l, `UPDATE leases SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
+	err = s.db.GetPrepared(ctx, &l, `UPDATE leases SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
 		WHERE id = $1 AND cluster_user_id = $2 AND expires_at > clock_timestamp()
 		RETURNING `+leaseColumns, id, tenantID)
 	if database.IsNoRows(err) {
@@ -318,7 +300,7 @@ func (s *Service) Release(ctx context.Context, tenantID, id string) (err error) 
 		return notFound(id)
 	}
 	var n int
-	err = s.db.GetContext(ctx, &n, `WITH d AS (
+	err = s.db.GetPrepared(ctx, &n, `WITH d AS (
 			DELETE FROM leases WHERE id = $1 AND cluster_user_id = $2 RETURNING cluster_user_id, key)
 		SELECT count(pg_notify($3, d.cluster_user_id::text || '/' || d.key)) FROM d`, id, tenantID, NotifyChan)
 	if err != nil {
