@@ -177,7 +177,7 @@ const (
 	// migration 000015): the lease, or, for a held key, r_id NULL and the
 	// time the holder's lease has left by the database's clock.
 	acquireSQL = `SELECT r_id, r_key, r_token, r_holder, r_ttl_ms, r_acquired_at, r_expires_at, r_remaining
-		FROM repolock_lease_acquire($1, $2, $3, $4)`
+		FROM repolock_lease_acquire($1, $2, $3, $4, $5)`
 )
 
 // attempt is acquireSQL's row.
@@ -258,7 +258,7 @@ func (s *Service) Acquire(ctx context.Context, tenantID string, req AcquireReque
 // try is one acquisition attempt: *heldError when the key is held.
 func (s *Service) try(ctx context.Context, tenantID, key string, req AcquireRequest) (Lease, error) {
 	var a attempt
-	if err := s.db.GetPrepared(ctx, &a, acquireSQL, tenantID, key, req.Holder, req.TTL.Milliseconds()); err != nil {
+	if err := s.db.GetPrepared(ctx, &a, acquireSQL, tenantID, key, req.Holder, req.TTL.Milliseconds(), req.Wait > 0); err != nil {
 		return Lease{}, database.MapError(err)
 	}
 	if !a.ID.Valid {
@@ -300,9 +300,13 @@ func (s *Service) Release(ctx context.Context, tenantID, id string) (err error) 
 		return notFound(id)
 	}
 	var n int
+	// Only a lease a waiter marked (wanted) notifies: NOTIFY serializes
+	// the commits of the transactions that use it.
 	err = s.db.GetPrepared(ctx, &n, `WITH d AS (
-			DELETE FROM leases WHERE id = $1 AND cluster_user_id = $2 RETURNING cluster_user_id, key)
-		SELECT count(pg_notify($3, d.cluster_user_id::text || '/' || d.key)) FROM d`, id, tenantID, NotifyChan)
+			DELETE FROM leases WHERE id = $1 AND cluster_user_id = $2 RETURNING cluster_user_id, key, wanted)
+		SELECT count(*) FROM d
+		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`,
+		id, tenantID, NotifyChan)
 	if err != nil {
 		return database.MapError(err)
 	}
@@ -358,7 +362,7 @@ func (s *Service) Cleanup(ctx context.Context, limit int) (_ int64, err error) {
 		return 0, repolock.Errorf(repolock.EInvalid, "cleanup limit must be at least 1")
 	}
 	res, err := s.db.ExecContext(ctx, `DELETE FROM leases WHERE id IN (
-			SELECT id FROM leases WHERE expires_at <= clock_timestamp() ORDER BY expires_at LIMIT $1)
+			SELECT id FROM leases WHERE expires_at <= clock_timestamp() LIMIT $1)
 		AND expires_at <= clock_timestamp()`, limit)
 	if err != nil {
 		return 0, database.MapError(err)
