@@ -24,6 +24,8 @@ const (
 	EConflict            Code = "conflict"               // 409
 	ERepositoryClaimed   Code = "repository_claimed"     // 409
 	EAliasConflict       Code = "alias_conflict"         // 409: an alias change would give a repository two owners
+	ELeaseHeld           Code = "lease_held"             // 409: the key's lease is held by another acquisition
+	EFenced              Code = "fenced"                 // 409: a newer fencing token was issued for the write's guarding key
 	EGone                Code = "repository_deleting"    // 410
 	EPrecondition        Code = "precondition_failed"    // 412
 	EPayloadTooLarge     Code = "payload_too_large"      // 413

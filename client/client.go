@@ -39,6 +39,9 @@ type Client struct {
 	hc        *http.Client
 	userAgent string
 	retry     RetryPolicy
+	// fencingToken is sent on every request when positive
+	// (WithFencingToken).
+	fencingToken int64
 }
 
 // Option configures a Client.
@@ -202,6 +205,9 @@ func (c *Client) once(ctx context.Context, k call, u *url.URL, body []byte) erro
 	}
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
+	}
+	if c.fencingToken > 0 {
+		req.Header.Set(FencingTokenHeader, strconv.FormatInt(c.fencingToken, 10))
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

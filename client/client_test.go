@@ -194,6 +194,43 @@ func TestOperations(t *testing.T) {
 	if err := alice.DeleteTag(ctx, "site", "v1"); err != nil {
 		t.Error(err)
 	}
+
+	// Leases, and a branch write fenced by one: the holder's write is
+	// admitted until a newer lease is granted, then refused with fenced.
+	guard := "repositories/site/branches/main"
+	l1 := must(alice.AcquireLease(ctx, client.AcquireLeaseRequest{Key: guard, TTL: time.Minute, Holder: "w1"}))(t)
+	if l1.FencingToken != 1 || l1.Key != guard || l1.TTL != "1m0s" {
+		t.Errorf("AcquireLease = %+v", l1)
+	}
+	if _, err := alice.AcquireLease(ctx, client.AcquireLeaseRequest{Key: guard, TTL: time.Minute}); !client.IsLeaseHeld(err) {
+		t.Errorf("AcquireLease of a held key: %v, want lease_held", err)
+	}
+	if got := must(alice.KeepaliveLease(ctx, l1.LeaseID))(t); got.LeaseID != l1.LeaseID {
+		t.Errorf("KeepaliveLease = %+v", got)
+	}
+	if got := collect(t, alice.ListLeases(ctx, client.LeaseListOptions{KeyPrefix: "repositories/site/"})); len(got) != 1 || got[0].LeaseID != l1.LeaseID {
+		t.Errorf("ListLeases = %+v", got)
+	}
+	w1 := alice.WithFencingToken(l1.FencingToken)
+	if got := must(w1.UpdateBranch(ctx, "site", "main", main.CommitID, ""))(t); got.CommitID != main.CommitID {
+		t.Errorf("fenced UpdateBranch = %+v", got)
+	}
+	if err := alice.ReleaseLease(ctx, l1.LeaseID); err != nil {
+		t.Error(err)
+	}
+	l2 := must(alice.AcquireLease(ctx, client.AcquireLeaseRequest{Key: guard, TTL: time.Minute}))(t)
+	if l2.FencingToken != 2 {
+		t.Errorf("second lease = %+v", l2)
+	}
+	if _, err := w1.UpdateBranch(ctx, "site", "main", cm.ID, ""); !client.IsFenced(err) {
+		t.Errorf("UpdateBranch with the stale token: %v, want fenced", err)
+	}
+	if got := must(alice.WithFencingToken(l2.FencingToken).UpdateBranch(ctx, "site", "main", cm.ID, ""))(t); got.CommitID != cm.ID {
+		t.Errorf("UpdateBranch with the new token = %+v", got)
+	}
+	if err := alice.ReleaseLease(ctx, l2.LeaseID); err != nil {
+		t.Error(err)
+	}
 	if err := alice.DeleteBranch(ctx, "site", "feature/x"); err != nil {
 		t.Error(err)
 	}

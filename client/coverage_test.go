@@ -35,7 +35,9 @@ var operationMethods = map[string][]string{
 	"revokeTokens": {"RevokeTokens"}, "runGC": {"RunGC"}, "listGCRuns": {"ListGCRunsPage", "ListGCRuns"}, "getGCRun": {"GetGCRun"},
 	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"},
 	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
-	"deleteAlias": {"DeleteAlias", "PlanDeleteAlias"},
+	"deleteAlias":  {"DeleteAlias", "PlanDeleteAlias"},
+	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
+	"listLeases": {"ListLeasesPage", "ListLeases"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client

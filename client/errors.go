@@ -23,6 +23,8 @@ const (
 	CodeConflict             Code = "conflict"               // 409
 	CodeRepositoryClaimed    Code = "repository_claimed"     // 409
 	CodeAliasConflict        Code = "alias_conflict"         // 409
+	CodeLeaseHeld            Code = "lease_held"             // 409
+	CodeFenced               Code = "fenced"                 // 409
 	CodeRepositoryDeleting   Code = "repository_deleting"    // 410
 	CodePreconditionFailed   Code = "precondition_failed"    // 412
 	CodePayloadTooLarge      Code = "payload_too_large"      // 413
@@ -181,6 +183,14 @@ func ClaimedBy(err error) (owner string, ok bool) {
 
 // IsClaimed: another tenant owns the repository URL (409 repository_claimed).
 func IsClaimed(err error) bool { return IsCode(err, CodeRepositoryClaimed) }
+
+// IsLeaseHeld: the key's lease is held by another acquisition (409
+// lease_held), at once or at the end of the wait.
+func IsLeaseHeld(err error) bool { return IsCode(err, CodeLeaseHeld) }
+
+// IsFenced: a guarded write was refused because a newer fencing token was
+// issued for its guarding key (409 fenced): the writer's lease is lost.
+func IsFenced(err error) bool { return IsCode(err, CodeFenced) }
 
 // IsAliasConflict: an alias change was refused because it would give a
 // repository two owners or leave a reference its rules reject (409

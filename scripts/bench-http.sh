@@ -13,6 +13,11 @@
 #   a  wrk: POST /v1/applications, a unique name and URL per request
 #   m  wrk: GET /v1/me
 #   z  wrk: GET /healthz
+#   l  wrk: POST /v1/leases (a unique key) then DELETE /v1/leases/{id}, with
+#      100 live leases set up before (rate: acquire+release pairs/s; p50/p99
+#      over both requests)
+#   L  the same with 10,000 live leases set up before
+#   k  wrk: POST /v1/leases/{id}/keepalive, one live lease per tenant
 # and prints rates, p50/p99, non-2xx counts, the Postgres sessions opened
 # during each phase (pg_stat_database.sessions) and the ratios against their
 # targets.
@@ -58,7 +63,7 @@ conns=${BENCH_CONNECTIONS:-32}
 tenants=${BENCH_TENANTS:-1024}
 [[ $tenants =~ ^[0-9]+$ ]] && [ "$tenants" -gt 0 ] || { say "BENCH_TENANTS must be a positive whole number"; exit 2; }
 threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 2)}
-phases=${BENCH_PHASES:-f s h a m z}
+phases=${BENCH_PHASES:-f s h a m z l L k}
 cand_bin=${BENCH_BIN:-bin/api}
 
 # Tools: wrk and pgbench/psql from Debian, jq for the admin API's JSON.
@@ -309,7 +314,7 @@ run_wrk() {
 			"${debug_url[$side]}/debug/pprof/profile?seconds=$((duration - 3))" &
 		prof=$!
 	fi
-	BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side \
+	BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side BENCH_LEASES=${kleases[$side]:-} \
 		measured "$side" "$ph" "$tmp/out-$side-$ph" \
 		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" || {
 		say "$side $ph: wrk failed:"
@@ -327,7 +332,10 @@ run_wrk() {
 	p99us=$(sed -E 's/.*p99_us=([0-9]+).*/\1/' <<<"$res")
 	non2xx=$(sed -E 's/.*non2xx=([0-9]+).*/\1/' <<<"$res")
 	sockerr=$(sed -E 's/.*socket_errors=([0-9]+).*/\1/' <<<"$res")
-	rate[$side,$ph]=$(awk -v n="$requests" -v b="$non2xx" -v d="$dur" 'BEGIN {printf "%.1f", (n-b)/(d/1e6)}')
+	# l and L: one operation is an acquire and a release, two requests.
+	local per=1
+	case $ph in l | L) per=2 ;; esac
+	rate[$side,$ph]=$(awk -v n="$requests" -v b="$non2xx" -v d="$dur" -v per="$per" 'BEGIN {printf "%.1f", (n-b)/per/(d/1e6)}')
 	p50[$side,$ph]=$(awk -v v="$p50us" 'BEGIN {printf "%.2f", v/1000}')
 	p99[$side,$ph]=$(awk -v v="$p99us" 'BEGIN {printf "%.2f", v/1000}')
 	bad[$side,$ph]=$((non2xx + sockerr))
@@ -335,7 +343,43 @@ run_wrk() {
 		# What failed, from the binary's access log (wrk only counts).
 		grep -m 1 '"status":[45][0-9][0-9]' "$tmp/server-$side.log" | sed "s/^/bench-http: $side $ph: first failed request: /" >&2 || true
 	fi
-	count[$side,$ph]=$((requests - non2xx))
+	count[$side,$ph]=$(((requests - non2xx) / per))
+}
+
+# live_leases SIDE N: N live leases (ttl 1h) in the side's database, keys
+# live-1..live-N of the first tenant, inserted directly (with their
+# tokens): the state a deployment with N held leases has.
+live_leases() {
+	local url
+	url=$(with_db "$admin_url" "${db_name[$1]}")
+	psql "$url" -X -v ON_ERROR_STOP=1 -q -c "
+		WITH u AS (SELECT id FROM cluster_users WHERE name = 'bench')
+		INSERT INTO lease_tokens (cluster_user_id, key, token)
+		SELECT u.id, 'live-' || g, 1 FROM u, generate_series(1, $2) g ON CONFLICT DO NOTHING;
+		WITH u AS (SELECT id FROM cluster_users WHERE name = 'bench')
+		INSERT INTO leases (cluster_user_id, key, token, ttl_ms, acquired_at, expires_at)
+		SELECT u.id, 'live-' || g, 1, 3600000, now(), now() + interval '1 hour' FROM u, generate_series(1, $2) g
+		ON CONFLICT DO NOTHING;
+		ANALYZE leases; ANALYZE lease_tokens;"
+}
+
+# keepalive_leases SIDE: one lease (ttl 1h) per tenant, acquired through
+# the API, as "token:lease_id,..." for phase k.
+keepalive_leases() {
+	local side=$1
+	tr ',' '\n' <<<"${tokens[$side]}" | xargs -P 8 -I{} sh -c \
+		'id=$(curl -fsS -H "Authorization: Bearer {}" -H "Content-Type: application/json" -d "{\"key\":\"bench/keepalive\",\"ttl\":\"1h\"}" "$0/v1/leases" | jq -r .lease_id) && echo "{}:$id"' \
+		"${base_url[$side]}" | paste -sd, -
+}
+declare -A kleases=()
+
+# prepare SIDE PHASE: the state a phase measures.
+prepare() {
+	case $2 in
+	l) live_leases "$1" 100 ;;
+	L) live_leases "$1" 10000 ;;
+	k) [ -n "${kleases[$1]:-}" ] || kleases[$1]=$(keepalive_leases "$1") ;;
+	esac
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -344,10 +388,12 @@ for side in "${sides[@]}"; do start_side "$side"; done
 for side in "${sides[@]}"; do last[$side]=$(dbstats "$side"); done
 
 declare -A label=([f]="pgbench raw INSERT ON CONFLICT (tps)" [s]="pgbench the acquire's statements (tps)"
-	[h]="POST /v1/locks/acquire (2xx/s)" [a]="POST /v1/applications (2xx/s)" [m]="GET /v1/me (2xx/s)" [z]="GET /healthz (2xx/s)")
+	[h]="POST /v1/locks/acquire (2xx/s)" [a]="POST /v1/applications (2xx/s)" [m]="GET /v1/me (2xx/s)" [z]="GET /healthz (2xx/s)"
+	[l]="lease acquire+release, 100 live (pairs/s)" [L]="lease acquire+release, 10,000 live (pairs/s)" [k]="POST /v1/leases/{id}/keepalive (2xx/s)")
 for ph in $phases; do
-	case $ph in f | s | h | a | m | z) ;; *) say "unknown phase $ph"; exit 2 ;; esac
+	case $ph in f | s | h | a | m | z | l | L | k) ;; *) say "unknown phase $ph"; exit 2 ;; esac
 	for side in "${sides[@]}"; do
+		prepare "$side" "$ph"
 		say "$side: phase $ph (${label[$ph]}), ${conns} connections, ${duration}s"
 		case $ph in
 		f | s) run_pgbench "$side" "$ph" ;;
@@ -434,7 +480,7 @@ sep="| --- |"
 for side in "${sides[@]}"; do header+=" $side |"; sep+=" --- |"; done
 echo "$header"
 echo "$sep"
-for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5"; do
+for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5" "l f >= 0.3" "k f >= 0.5"; do
 	read -r n d op t <<<"$spec"
 	line="| $n/$d $op $t |"
 	for side in "${sides[@]}"; do
@@ -443,6 +489,14 @@ for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5"; do
 	done
 	echo "$line"
 done
+line="| p99 L/l (acquire+release with 10,000 vs 100 live leases) <= 1.5 |"
+for side in "${sides[@]}"; do
+	a=${p99[$side,L]:-} b=${p99[$side,l]:-}
+	if [ -z "$a" ] || [ -z "$b" ] || [ "$b" = 0.00 ]; then line+=" n/a - |"; continue; fi
+	r=$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a/b}')
+	line+=" $r $(verdict "$r" "<=" 1.5) |"
+done
+echo "$line"
 line="| sessions opened by the binary (h+a+m+z) <= pool size |"
 for side in "${sides[@]}"; do
 	total=0 any=""

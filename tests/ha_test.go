@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/repolock/repolock/client"
 )
 
 // Failover under load (make test-ha): a primary and a synchronous streaming
@@ -114,6 +117,35 @@ func TestHAFailover(t *testing.T) {
 		}
 	}
 
+	// A lease worker: acquires and releases one key again and again; the
+	// tokens acknowledged must strictly increase across the failover.
+	var (
+		leaseTokens []int64
+		tokensAfter atomic.Int64
+	)
+	wg.Go(func() {
+		lc := s.client(t, tokens[0])
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			start := time.Now()
+			l, err := lc.AcquireLease(context.Background(), client.AcquireLeaseRequest{Key: "ha/cron", TTL: time.Second, Wait: 2 * time.Second})
+			if err != nil {
+				continue // unknown outcome or held by an unknown acquisition: not acknowledged
+			}
+			mu.Lock()
+			leaseTokens = append(leaseTokens, l.FencingToken)
+			if !stoppedAt.IsZero() && start.After(stoppedAt) {
+				tokensAfter.Add(1)
+			}
+			mu.Unlock()
+			_ = lc.ReleaseLease(context.Background(), l.LeaseID)
+		}
+	})
+
 	// Mid-load: the primary goes away (as in a crash), the standby is
 	// promoted (what Patroni would do).
 	waitUntil(t, 2*time.Minute, func() bool { return okCount.Load() >= 150 })
@@ -126,7 +158,7 @@ func TestHAFailover(t *testing.T) {
 
 	// Requests succeed again within 10 s, and the load goes on for a while.
 	waitUntil(t, 10*time.Second, func() bool { return afterStop.Load() > 0 })
-	waitUntil(t, 2*time.Minute, func() bool { return afterStop.Load() >= 100 })
+	waitUntil(t, 2*time.Minute, func() bool { return afterStop.Load() >= 100 && tokensAfter.Load() >= 3 })
 	close(done)
 	wg.Wait()
 
@@ -141,9 +173,22 @@ func TestHAFailover(t *testing.T) {
 		t.Errorf("writes resumed %s after the primary stopped; want within 10s", recoveredAt.Sub(stoppedAt))
 	}
 
+	// Fencing tokens strictly increased, before, across and after the
+	// failover, and the new primary's counter is at least the last one.
+	for i := 1; i < len(leaseTokens); i++ {
+		if leaseTokens[i] <= leaseTokens[i-1] {
+			t.Fatalf("fencing tokens went backwards across the failover: %v", leaseTokens)
+		}
+	}
+	t.Logf("%d fencing tokens acknowledged, %d after the failover, last %d", len(leaseTokens), tokensAfter.Load(), leaseTokens[len(leaseTokens)-1])
+
 	// Every acknowledged write is on the new primary.
 	db := c.standby.open(t, "repolock")
 	defer db.Close()
+	var counter int64
+	if err := db.QueryRow(`SELECT token FROM lease_tokens WHERE key = 'ha/cron'`).Scan(&counter); err != nil || counter < leaseTokens[len(leaseTokens)-1] {
+		t.Fatalf("lease_tokens on the new primary = %d (%v), below the last acknowledged token %d", counter, err, leaseTokens[len(leaseTokens)-1])
+	}
 	var inRecovery bool
 	if err := db.QueryRow(`SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil || inRecovery {
 		t.Fatalf("the promoted standby is still in recovery: %v, %v", inRecovery, err)

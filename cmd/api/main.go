@@ -41,6 +41,7 @@ var commands = map[string]command{
 	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},
 	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
 	"console":   {"manage the operator console: sessions revoke (ends every session)", runConsole},
+	"lease":     {"hold a lease while a command runs: run --key K --ttl 15s -- COMMAND [ARG...]", runLease},
 }
 
 // env is what commands share: the streams and the environment, so tests

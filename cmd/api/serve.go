@@ -22,6 +22,7 @@ import (
 	"github.com/repolock/repolock/internal/fairshare"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
@@ -256,6 +257,8 @@ type server struct {
 	svc *services
 	// tokens is the token cache; nil when it is off (TOKEN_CACHE_SIZE=0).
 	tokens *tenants.Cache
+	// leaseNotify is the LISTEN session of waiting lease acquisitions.
+	leaseNotify *leases.Notifier
 	// collector is the process's one GC collector: the scheduled loop,
 	// POST /v1/admin/gc and the console share it.
 	collector    *gc.Collector
@@ -314,7 +317,11 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if s.tokens != nil {
 		s.onClose(s.tokens.Close)
 	}
-	if s.svc, err = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB, reg); err != nil {
+	// One LISTEN session per process wakes every waiting lease
+	// acquisition (started by run).
+	s.leaseNotify = leases.NewNotifier(listenURL, logger)
+	s.onClose(s.leaseNotify.Close)
+	if s.svc, err = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB, reg, s.leaseNotify); err != nil {
 		return nil, err
 	}
 	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
@@ -396,6 +403,7 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		Rekey:               s.svc.rekey,
 		Aliases:             s.svc.aliases,
 		Reports:             s.svc.reports,
+		Leases:              s.svc.leases,
 		Ready:               s.ready.get,
 	})
 	if err != nil {
@@ -431,6 +439,17 @@ func (s *server) run(ctx context.Context) error {
 	aliasCtx, stopAliases := context.WithCancel(ctx)
 	defer stopAliases()
 	go s.svc.aliases.Run(aliasCtx, s.cfg.AliasRefresh)
+	// Leases: the release listener, and the cleanup of expired rows no
+	// acquisition replaced (an expired lease is free without it).
+	s.leaseNotify.Start()
+	cleanupDone := make(chan struct{})
+	go func() {
+		defer close(cleanupDone)
+		s.svc.leases.RunCleanup(aliasCtx, time.Minute, 1000, func(err error) {
+			s.logger.Warn("leases: cleanup failed; retrying at the next tick", "error", err.Error())
+		})
+	}()
+	defer func() { stopAliases(); <-cleanupDone }()
 	stopGC := startGCLoop(ctx, s.collector, s.cfg.GC, s.logger)
 	defer stopGC()
 	stopDebug, err := serveDebug(s.cfg.DebugListen, s.logger)

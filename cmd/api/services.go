@@ -8,6 +8,7 @@ import (
 
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/reports"
@@ -26,14 +27,17 @@ type services struct {
 	apps    *apps.Service
 	rekey   *rekey.Service
 	reports *reports.Service
+	leases  *leases.Service
 }
 
 // newServices builds the services on db. aliases is the rules source
 // (serve: loaded at startup and refreshed; a command: loaded once, by
 // loadServices); tokens is serve's token cache (nil for commands);
 // reportsDB is the read replica reports read from, nil for db; reg is the
-// registry their metrics go on (a command's own, unserved).
-func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, reportsDB *database.DB, reg prometheus.Registerer) (*services, error) {
+// registry their metrics go on (a command's own, unserved); leaseNotify is
+// serve's LISTEN connection that wakes waiting lease acquisitions (nil for
+// commands).
+func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, reportsDB *database.DB, reg prometheus.Registerer, leaseNotify *leases.Notifier) (*services, error) {
 	if reportsDB == nil {
 		reportsDB = db
 	}
@@ -49,6 +53,7 @@ func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, 
 		apps:    apps.New(db, l),
 		rekey:   rekey.New(db, l, rm),
 		reports: reports.New(reportsDB),
+		leases:  leases.New(db, l, leaseNotify),
 	}, nil
 }
 
@@ -62,5 +67,5 @@ func loadServices(ctx context.Context, db *database.DB) (*services, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newServices(db, aliases, nil, nil, prometheus.NewRegistry())
+	return newServices(db, aliases, nil, nil, prometheus.NewRegistry(), nil)
 }

@@ -926,3 +926,40 @@ func TestSessionEndsWithTokenRotation(t *testing.T) {
 	wantStatus(t, b1.get("/ui/tenants"), http.StatusSeeOther)
 	wantStatus(t, b2.get("/ui/tenants"), http.StatusSeeOther)
 }
+
+// TestLeases: the Leases page lists every tenant's valid leases with their
+// holder and fencing token, page by page; an expired lease is not listed.
+func TestLeases(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alice, _ := e.tenant("alice")
+	bob, _ := e.tenant("bob")
+	for _, l := range []struct {
+		tenant, key, holder string
+		token               int64
+		valid               bool
+	}{
+		{alice.ID, "indexer/pds.a", "host-1:42", 7, true},
+		{alice.ID, "repositories/site/branches/main", "ci", 3, true},
+		{bob.ID, "cron/nightly", "host-2:9", 12, true},
+		{bob.ID, "cron/expired", "gone", 1, false},
+	} {
+		expires := "clock_timestamp() + interval '1 hour'"
+		if !l.valid {
+			expires = "clock_timestamp() - interval '1 second'"
+		}
+		if _, err := e.db.ExecContext(ctx, `INSERT INTO leases (cluster_user_id, key, token, holder, ttl_ms, acquired_at, expires_at)
+			VALUES ($1, $2, $3, $4, 15000, clock_timestamp(), `+expires+`)`, l.tenant, l.key, l.token, l.holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := e.browser()
+	b.signIn()
+	r := b.get("/ui/leases?page_size=2")
+	wantStatus(t, r, http.StatusOK)
+	wantContains(t, r, `<td>alice</td><td>indexer/pds.a</td><td>host-1:42</td><td>7</td>`, `<td>repositories/site/branches/main</td><td>ci</td><td>3</td>`)
+	wantNotContains(t, r, "cron/nightly")
+	r = b.get(nextLink(r))
+	wantContains(t, r, `<td>bob</td><td>cron/nightly</td><td>host-2:9</td><td>12</td>`)
+	wantNotContains(t, r, "cron/expired")
+}

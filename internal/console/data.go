@@ -428,6 +428,42 @@ func (d *data) syncHosts(ctx context.Context, after string, size int) ([]syncHos
 	return rows, next, nil
 }
 
+// leaseRow is a valid lease as the Leases page shows it: its holder, its
+// fencing token, and its time left by the database's clock.
+type leaseRow struct {
+	Tenant     string    `db:"tenant"`
+	Key        string    `db:"key"`
+	Holder     string    `db:"holder"`
+	Token      int64     `db:"token"`
+	TTLMillis  int64     `db:"ttl_ms"`
+	AcquiredAt time.Time `db:"acquired_at"`
+	ExpiresAt  time.Time `db:"expires_at"`
+	Remaining  float64   `db:"remaining"`
+}
+
+// TTLSeconds is the lease's TTL in seconds.
+func (l leaseRow) TTLSeconds() float64 { return float64(l.TTLMillis) / 1000 }
+
+// leases returns a page of every tenant's valid leases by (tenant, key)
+// after the position after ("tenant/key", "" for the first page), and the
+// after of the next page. Validity and the time left are the database's
+// (clock_timestamp()), as the leases service judges them.
+func (d *data) leases(ctx context.Context, after string, size int) ([]leaseRow, string, error) {
+	afterTenant, afterKey, _ := strings.Cut(after, "/")
+	var rows []leaseRow
+	err := d.db.SelectContext(ctx, &rows, `
+		SELECT u.name AS tenant, l.key, l.holder, l.token, l.ttl_ms, l.acquired_at, l.expires_at,
+			greatest(extract(epoch FROM l.expires_at - clock_timestamp()), 0)::float8 AS remaining
+		FROM leases l JOIN cluster_users u ON u.id = l.cluster_user_id
+		WHERE l.expires_at > clock_timestamp() AND (u.name, l.key) > ($1, $2 COLLATE "C")
+		ORDER BY u.name, l.key LIMIT $3`, afterTenant, afterKey, size+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	rows, next := pagetoken.Trim(rows, size, func(last leaseRow) string { return last.Tenant + "/" + last.Key })
+	return rows, next, nil
+}
+
 // needsIndex is a page of a host's repositories that need a re-index, with
 // the reason (the API's own needs-index listing).
 func (d *data) needsIndex(ctx context.Context, tenant, host string, size int, token string) ([]syncstate.Repository, string, error) {

@@ -433,6 +433,30 @@ func (c *Console) syncHost(w http.ResponseWriter, r *http.Request, s *session) {
 		Body: syncView{Tenant: tenant, Host: host, Repos: repos, Pager: newPager(r, "page_token", next)}})
 }
 
+// ---- leases ----
+
+type leasesView struct {
+	Leases []leaseRow
+	Pager  pager
+}
+
+// leasesPage lists the valid leases of every tenant: holder, fencing
+// token, TTL and time left, refreshed every 5 s.
+func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request, s *session) {
+	size, err := c.pageSize(r)
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	rows, next, err := c.data.leases(r.Context(), r.URL.Query().Get("after"), size)
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "leases", s, view{Title: "Leases", Nav: "leases", Refresh: 5,
+		Body: leasesView{Leases: rows, Pager: newPager(r, "after", next)}})
+}
+
 // ---- tenants ----
 
 type tenantsView struct {

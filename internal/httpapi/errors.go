@@ -29,6 +29,8 @@ var statusByCode = map[repolock.Code]int{
 	repolock.EConflict:          http.StatusConflict,
 	repolock.ERepositoryClaimed: http.StatusConflict,
 	repolock.EAliasConflict:     http.StatusConflict,
+	repolock.ELeaseHeld:         http.StatusConflict,
+	repolock.EFenced:            http.StatusConflict,
 	repolock.EGone:              http.StatusGone,
 	repolock.EPrecondition:      http.StatusPreconditionFailed,
 	repolock.EPayloadTooLarge:   http.StatusRequestEntityTooLarge,

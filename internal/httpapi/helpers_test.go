@@ -85,7 +85,7 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 	// The services, wired as cmd/api serve wires them (httpapitest), on a
 	// registry of the test's own and with the logger the options chose.
 	svc := httpapitest.Config(t, db, cfg.Logger, adminToken)
-	cfg.Registry, cfg.GC, cfg.Repositories, cfg.Sync = svc.Registry, svc.GC, svc.Repositories, svc.Sync
+	cfg.Registry, cfg.GC, cfg.Repositories, cfg.Sync, cfg.Leases = svc.Registry, svc.GC, svc.Repositories, svc.Sync, svc.Leases
 	if cfg.AuthGuard == nil {
 		cfg.AuthGuard = svc.AuthGuard
 	}

@@ -135,6 +135,9 @@ type updateBranchRequest struct {
 	// ExpectedCommitID, when set, must be the branch's current commit
 	// (else 412).
 	ExpectedCommitID string `json:"expected_commit_id"`
+	// FencingToken guards the write (docs/leases.md); the header may
+	// carry it instead.
+	FencingToken *int64 `json:"fencing_token"`
 }
 
 func (h repoHandlers) updateBranch(c echo.Context) error {
@@ -146,7 +149,11 @@ func (h repoHandlers) updateBranch(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	b, err := h.svc.UpdateBranch(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, req.CommitID, req.ExpectedCommitID)
+	token, err := fencingToken(c, req.FencingToken)
+	if err != nil {
+		return err
+	}
+	b, err := h.svc.UpdateBranchFenced(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, req.CommitID, req.ExpectedCommitID, token)
 	if err != nil {
 		return err
 	}
@@ -167,9 +174,10 @@ func (h repoHandlers) deleteBranch(c echo.Context) error {
 type commitRequest struct {
 	Message string `json:"message" text:"multiline"`
 	// Committer defaults to the tenant's name.
-	Committer   string            `json:"committer"`
-	MetaRangeID string            `json:"meta_range_id"`
-	Metadata    map[string]string `json:"metadata" text:"multiline"`
+	Committer    string            `json:"committer"`
+	MetaRangeID  string            `json:"meta_range_id"`
+	Metadata     map[string]string `json:"metadata" text:"multiline"`
+	FencingToken *int64            `json:"fencing_token"`
 }
 
 func (h repoHandlers) commit(c echo.Context) error {
@@ -184,8 +192,13 @@ func (h repoHandlers) commit(c echo.Context) error {
 	if req.Committer == "" {
 		req.Committer = Tenant(c).Name
 	}
+	token, err := fencingToken(c, req.FencingToken)
+	if err != nil {
+		return err
+	}
 	cm, err := h.svc.Commit(c.Request().Context(), Tenant(c).ID, c.Param("name"), branch, repostate.CommitParams{
 		Committer: req.Committer, Message: req.Message, MetaRangeID: req.MetaRangeID, Metadata: req.Metadata,
+		FencingToken: token,
 	})
 	if err != nil {
 		return err
@@ -218,8 +231,9 @@ func (h repoHandlers) getCommit(c echo.Context) error {
 }
 
 type createTagRequest struct {
-	Name     string `json:"name"`
-	CommitID string `json:"commit_id"`
+	Name         string `json:"name"`
+	CommitID     string `json:"commit_id"`
+	FencingToken *int64 `json:"fencing_token"`
 }
 
 func (h repoHandlers) createTag(c echo.Context) error {
@@ -227,7 +241,11 @@ func (h repoHandlers) createTag(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	t, err := h.svc.CreateTag(c.Request().Context(), Tenant(c).ID, c.Param("name"), req.Name, req.CommitID)
+	token, err := fencingToken(c, req.FencingToken)
+	if err != nil {
+		return err
+	}
+	t, err := h.svc.CreateTagFenced(c.Request().Context(), Tenant(c).ID, c.Param("name"), req.Name, req.CommitID, token)
 	if err != nil {
 		return err
 	}
@@ -263,7 +281,11 @@ func (h repoHandlers) deleteTag(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.svc.DeleteTag(c.Request().Context(), Tenant(c).ID, c.Param("name"), tag); err != nil {
+	token, err := fencingToken(c, nil)
+	if err != nil {
+		return err
+	}
+	if err := h.svc.DeleteTagFenced(c.Request().Context(), Tenant(c).ID, c.Param("name"), tag, token); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -42,6 +42,7 @@ func (s *Server) routes() {
 	s.registerGCRoutes()
 	s.registerReportRoutes()
 	s.registerSyncRoutes()
+	s.registerLeaseRoutes()
 	s.registerRekeyRoutes()
 	s.registerOpenAPIRoutes()
 }

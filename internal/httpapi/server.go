@@ -20,6 +20,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/fairshare"
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/reports"
@@ -101,6 +102,8 @@ type Config struct {
 	// unavailable with Retry-After, and /readyz answers 503. Nil means
 	// always ready.
 	Ready func() error
+	// Leases serves /v1/leases (internal/leases). Required.
+	Leases *leases.Service
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
@@ -133,8 +136,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config.AuthGuard is required")
 	case cfg.Registry == nil:
 		return nil, errors.New("httpapi: Config.Registry is required")
-	case cfg.Repositories == nil || cfg.Sync == nil || cfg.GC == nil:
-		return nil, errors.New("httpapi: Config.Repositories, Config.Sync and Config.GC are required")
+	case cfg.Repositories == nil || cfg.Sync == nil || cfg.GC == nil || cfg.Leases == nil:
+		return nil, errors.New("httpapi: Config.Repositories, Config.Sync, Config.GC and Config.Leases are required")
 	case cfg.Tenants == nil || cfg.Locks == nil || cfg.Apps == nil || cfg.Rekey == nil || cfg.Aliases == nil || cfg.Reports == nil:
 		return nil, errors.New("httpapi: Config.Tenants, Config.Locks, Config.Apps, Config.Rekey, Config.Aliases and Config.Reports are required")
 	}

@@ -87,6 +87,7 @@ func (h syncHandlers) listHosts(c echo.Context) error {
 type connectRequest struct {
 	OutdatedCursor bool   `json:"outdated_cursor"`
 	FirstCursor    *int64 `json:"first_cursor"`
+	FencingToken   *int64 `json:"fencing_token"`
 }
 
 func (h syncHandlers) connect(c echo.Context) error {
@@ -98,8 +99,12 @@ func (h syncHandlers) connect(c echo.Context) error {
 	if err := DecodeJSON(c, &req); err != nil {
 		return err
 	}
-	res, err := h.store.Connect(c.Request().Context(), Tenant(c).ID, name,
-		syncstate.Connection{OutdatedCursor: req.OutdatedCursor, FirstCursor: req.FirstCursor})
+	token, err := fencingToken(c, req.FencingToken)
+	if err != nil {
+		return err
+	}
+	res, err := h.store.ConnectFenced(c.Request().Context(), Tenant(c).ID, name,
+		syncstate.Connection{OutdatedCursor: req.OutdatedCursor, FirstCursor: req.FirstCursor}, token)
 	if err != nil {
 		return err
 	}
@@ -114,7 +119,8 @@ type eventRequest struct {
 }
 
 type eventsRequest struct {
-	Events []eventRequest `json:"events"`
+	Events       []eventRequest `json:"events"`
+	FencingToken *int64         `json:"fencing_token"`
 }
 
 func (h syncHandlers) events(c echo.Context) error {
@@ -134,7 +140,11 @@ func (h syncHandlers) events(c echo.Context) error {
 		}
 		events[i] = syncstate.Event{Cursor: *e.Cursor, Repo: *e.Repo, Rev: *e.Rev, TooBig: e.TooBig}
 	}
-	res, err := h.store.ApplyEvents(c.Request().Context(), Tenant(c).ID, name, events)
+	token, err := fencingToken(c, req.FencingToken)
+	if err != nil {
+		return err
+	}
+	res, err := h.store.ApplyEventsFenced(c.Request().Context(), Tenant(c).ID, name, events, token)
 	if err != nil {
 		return err
 	}

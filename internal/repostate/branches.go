@@ -111,6 +111,13 @@ func (s *Service) ListBranches(ctx context.Context, tenantID, repo, afterName st
 // branch must be at that commit (else EPrecondition); the write is a SetIf
 // on the predicate read in any case, so a concurrent move is never lost.
 func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commitID, expectedCommitID string) (_ Branch, err error) {
+	return s.UpdateBranchFenced(ctx, tenantID, repo, name, commitID, expectedCommitID, 0)
+}
+
+// UpdateBranchFenced is UpdateBranch guarded by a lease's fencing token
+// (0: unguarded) on BranchGuard(repo, name): refused with fenced once a
+// newer token was issued for it, in the statement of the write.
+func (s *Service) UpdateBranchFenced(ctx context.Context, tenantID, repo, name, commitID, expectedCommitID string, fencingToken int64) (_ Branch, err error) {
 	defer repolock.WrapOp(&err, "repostate.Service.UpdateBranch")
 	if err := ValidateBranchName(name); err != nil {
 		return Branch{}, err
@@ -122,6 +129,10 @@ func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commit
 		if err := ValidateCommitID(expectedCommitID); err != nil {
 			return Branch{}, repolock.Errorf(repolock.EInvalid, "expected_commit_id %q is not valid: 64 lowercase hex digits", clip(expectedCommitID))
 		}
+	}
+	f, err := s.fence(tenantID, BranchGuard(repo, name), fencingToken)
+	if err != nil {
+		return Branch{}, err
 	}
 	in, err := s.resolve(ctx, tenantID, repo)
 	if err != nil {
@@ -142,7 +153,7 @@ func (s *Service) UpdateBranch(ctx context.Context, tenantID, repo, name, commit
 			return Branch{}, e
 		}
 		b.CommitID = commitID
-		if _, err := s.setIf(ctx, in.pk, branchKey(name), encode(b), pred); err != nil {
+		if _, err := s.setIfFenced(ctx, f, in.pk, branchKey(name), encode(b), pred); err != nil {
 			if !errors.Is(err, kv.ErrPredicateFailed) {
 				return Branch{}, decidingErr(err)
 			}

@@ -56,6 +56,9 @@ type CommitParams struct {
 	Message     string
 	MetaRangeID string // default: the parent's
 	Metadata    map[string]string
+	// FencingToken guards the branch move with a lease's token on
+	// BranchGuard(repo, branch); 0: unguarded.
+	FencingToken int64
 }
 
 func (p CommitParams) validate() error {
@@ -100,6 +103,10 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 	if err := p.validate(); err != nil {
 		return Commit{}, err
 	}
+	f, err := s.fence(tenantID, BranchGuard(repo, branch), p.FencingToken)
+	if err != nil {
+		return Commit{}, err
+	}
 	in, err := s.resolve(ctx, tenantID, repo)
 	if err != nil {
 		return Commit{}, err
@@ -125,7 +132,7 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 		return Commit{}, err
 	}
 	for attempt := 1; ; attempt++ {
-		c, wrote, done, err := s.tryCommit(ctx, in, branch, p)
+		c, wrote, done, err := s.tryCommit(ctx, in, branch, p, f)
 		if wrote {
 			written = append(written, c.ID)
 		}
@@ -154,7 +161,7 @@ func (s *Service) Commit(ctx context.Context, tenantID, repo, branch string, p C
 
 // tryCommit is one attempt. wrote says the commit was written (c holds it);
 // done is false when the branch moved under the attempt.
-func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p CommitParams) (c Commit, wrote, done bool, err error) {
+func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p CommitParams, f kv.Fence) (c Commit, wrote, done bool, err error) {
 	b, pred, err := s.getBranch(ctx, in, branch)
 	if err != nil {
 		return Commit{}, false, false, err
@@ -185,7 +192,7 @@ func (s *Service) tryCommit(ctx context.Context, in instance, branch string, p C
 		return Commit{}, false, false, storeErr(err)
 	}
 	b.CommitID = c.ID
-	if _, err := s.setIf(ctx, in.pk, branchKey(branch), encode(b), pred); err != nil {
+	if _, err := s.setIfFenced(ctx, f, in.pk, branchKey(branch), encode(b), pred); err != nil {
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return c, true, false, nil
 		}

@@ -90,8 +90,15 @@ func decode(b []byte, v any, what string) error {
 // *ambiguousError, which a flow's deciding write answers as outcome
 // unknown (decidingErr).
 func (s *Service) setIf(ctx context.Context, pk, key, value []byte, pred kv.Predicate) (kv.Predicate, error) {
-	p, err := s.store.SetIf(ctx, pk, key, value, pred)
-	if err == nil || errors.Is(err, kv.ErrPredicateFailed) {
+	return s.setIfWith(ctx, func() (kv.Predicate, error) { return s.store.SetIf(ctx, pk, key, value, pred) }, pk, key, value, pred)
+}
+
+// setIfWith is setIf of the write write (a plain or a fenced SetIf). A
+// refusal (a failed predicate, a stale fencing token, a domain error) is
+// an answer, not an ambiguity.
+func (s *Service) setIfWith(ctx context.Context, write func() (kv.Predicate, error), pk, key, value []byte, pred kv.Predicate) (kv.Predicate, error) {
+	p, err := write()
+	if err == nil || errors.Is(err, kv.ErrPredicateFailed) || kv.IsFenced(err) || isDomainError(err) {
 		return p, err
 	}
 	if ctx.Err() != nil {
@@ -133,8 +140,13 @@ func (s *Service) set(ctx context.Context, pk, key, value []byte) error {
 // gone means the delete landed; the key at the same version means it did
 // not; anything else stays ambiguous.
 func (s *Service) deleteIf(ctx context.Context, pk, key []byte, pred kv.Predicate) error {
-	err := s.store.DeleteIf(ctx, pk, key, pred)
-	if err == nil || errors.Is(err, kv.ErrPredicateFailed) {
+	return s.deleteIfWith(ctx, func() error { return s.store.DeleteIf(ctx, pk, key, pred) }, pk, key, pred)
+}
+
+// deleteIfWith is deleteIf of the delete del (a plain or a fenced DeleteIf).
+func (s *Service) deleteIfWith(ctx context.Context, del func() error, pk, key []byte, pred kv.Predicate) error {
+	err := del()
+	if err == nil || errors.Is(err, kv.ErrPredicateFailed) || kv.IsFenced(err) || isDomainError(err) {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -584,4 +596,11 @@ func (s *Service) deleteInstance(ctx context.Context, tenantID string, rec Repos
 		}
 	}
 	return failed(repolock.Errorf(repolock.EConflict, "repository %q changed concurrently while being deleted; try again", rec.Name))
+}
+
+// isDomainError reports whether err is one of the domain's answers (a
+// refusal decided by the store), not a failure to reach it.
+func isDomainError(err error) bool {
+	var de *repolock.Error
+	return errors.As(err, &de)
 }

@@ -11,11 +11,21 @@ import (
 // CreateTag tags an existing commit. An existing tag of that name is
 // EAlreadyExists; tags never move.
 func (s *Service) CreateTag(ctx context.Context, tenantID, repo, name, commitID string) (_ Tag, err error) {
+	return s.CreateTagFenced(ctx, tenantID, repo, name, commitID, 0)
+}
+
+// CreateTagFenced is CreateTag guarded by a lease's fencing token (0:
+// unguarded) on TagsGuard(repo).
+func (s *Service) CreateTagFenced(ctx context.Context, tenantID, repo, name, commitID string, fencingToken int64) (_ Tag, err error) {
 	defer repolock.WrapOp(&err, "repostate.Service.CreateTag")
 	if err := ValidateTagName(name); err != nil {
 		return Tag{}, err
 	}
 	if err := ValidateCommitID(commitID); err != nil {
+		return Tag{}, err
+	}
+	f, err := s.fence(tenantID, TagsGuard(repo), fencingToken)
+	if err != nil {
 		return Tag{}, err
 	}
 	in, err := s.resolve(ctx, tenantID, repo)
@@ -26,7 +36,7 @@ func (s *Service) CreateTag(ctx context.Context, tenantID, repo, name, commitID 
 		return Tag{}, err
 	}
 	t := Tag{Name: name, CommitID: commitID}
-	if _, err := s.setIf(ctx, in.pk, tagKey(name), encode(t), nil); err != nil {
+	if _, err := s.setIfFenced(ctx, f, in.pk, tagKey(name), encode(t), nil); err != nil {
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return Tag{}, repolock.Errorf(repolock.EAlreadyExists, "tag %q already exists in repository %q", name, repo)
 		}
@@ -76,8 +86,18 @@ func (s *Service) ListTags(ctx context.Context, tenantID, repo, afterName string
 
 // DeleteTag deletes a tag; a missing tag is ENotFound.
 func (s *Service) DeleteTag(ctx context.Context, tenantID, repo, name string) (err error) {
+	return s.DeleteTagFenced(ctx, tenantID, repo, name, 0)
+}
+
+// DeleteTagFenced is DeleteTag guarded by a lease's fencing token (0:
+// unguarded) on TagsGuard(repo).
+func (s *Service) DeleteTagFenced(ctx context.Context, tenantID, repo, name string, fencingToken int64) (err error) {
 	defer repolock.WrapOp(&err, "repostate.Service.DeleteTag")
 	if err := ValidateTagName(name); err != nil {
+		return err
+	}
+	f, err := s.fence(tenantID, TagsGuard(repo), fencingToken)
+	if err != nil {
 		return err
 	}
 	in, err := s.resolve(ctx, tenantID, repo)
@@ -91,7 +111,7 @@ func (s *Service) DeleteTag(ctx context.Context, tenantID, repo, name string) (e
 	if err != nil {
 		return storeErr(err)
 	}
-	if err := s.deleteIf(ctx, in.pk, tagKey(name), pred); err != nil {
+	if err := s.deleteIfFenced(ctx, f, in.pk, tagKey(name), pred); err != nil {
 		if errors.Is(err, kv.ErrPredicateFailed) {
 			return tagNotFound(repo, name) // deleted (and perhaps recreated) concurrently
 		}

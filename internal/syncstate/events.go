@@ -59,7 +59,17 @@ type EventsResult struct {
 // nothing, so a batch may be re-sent after a crash.
 func (s *Store) ApplyEvents(ctx context.Context, tenantID, host string, events []Event) (_ EventsResult, err error) {
 	defer repolock.WrapOp(&err, "syncstate.Store.ApplyEvents")
-	return s.applyEvents(ctx, tenantID, host, events, applyBatch)
+	return s.applyEvents(ctx, tenantID, host, events, applyBatch, 0)
+}
+
+// ApplyEventsFenced is ApplyEvents guarded by a lease's fencing token (0:
+// unguarded) on HostGuard(host), checked in the batch's transaction.
+func (s *Store) ApplyEventsFenced(ctx context.Context, tenantID, host string, events []Event, fencingToken int64) (_ EventsResult, err error) {
+	defer repolock.WrapOp(&err, "syncstate.Store.ApplyEvents")
+	if err := validateToken(fencingToken); err != nil {
+		return EventsResult{}, err
+	}
+	return s.applyEvents(ctx, tenantID, host, events, applyBatch, fencingToken)
 }
 
 // applyFunc applies events to the repositories of host h (locked, with its
@@ -99,13 +109,16 @@ func eventError(i int, err error) error {
 	return repolock.Wrap(repolock.ErrorCode(err), err, "events[%d]: %s", i, repolock.ErrorMessage(err))
 }
 
-func (s *Store) applyEvents(ctx context.Context, tenantID, host string, events []Event, apply applyFunc) (EventsResult, error) {
+func (s *Store) applyEvents(ctx context.Context, tenantID, host string, events []Event, apply applyFunc, fencingToken int64) (EventsResult, error) {
 	if err := s.validateEvents(host, events); err != nil {
 		return EventsResult{}, err
 	}
 	fresh := dropInBatchReplays(events)
 	var res EventsResult
 	err := s.db.WithTx(ctx, func(tx database.Tx) error {
+		if err := checkFence(ctx, tx, tenantID, host, fencingToken); err != nil {
+			return err
+		}
 		// The host row lock serializes the batches of one host: its
 		// cursor and first_cursor_since_reset are read and written here.
 		h, err := getHost(ctx, tx, tenantID, host, true)

@@ -226,8 +226,17 @@ type ConnectResult struct {
 // cursor+1. A pending reset is kept until a first event resolves it, so a
 // reconnection does not lose it. Replaying a Connect changes nothing more.
 func (s *Store) Connect(ctx context.Context, tenantID, name string, c Connection) (_ ConnectResult, err error) {
+	return s.ConnectFenced(ctx, tenantID, name, c, 0)
+}
+
+// ConnectFenced is Connect guarded by a lease's fencing token (0:
+// unguarded) on HostGuard(name), checked in its transaction.
+func (s *Store) ConnectFenced(ctx context.Context, tenantID, name string, c Connection, fencingToken int64) (_ ConnectResult, err error) {
 	defer repolock.WrapOp(&err, "syncstate.Store.Connect")
 	if err := ValidateHostName(name); err != nil {
+		return ConnectResult{}, err
+	}
+	if err := validateToken(fencingToken); err != nil {
 		return ConnectResult{}, err
 	}
 	if c.FirstCursor != nil {
@@ -237,6 +246,9 @@ func (s *Store) Connect(ctx context.Context, tenantID, name string, c Connection
 	}
 	var res ConnectResult
 	err = s.db.WithTx(ctx, func(tx database.Tx) error {
+		if err := checkFence(ctx, tx, tenantID, name, fencingToken); err != nil {
+			return err
+		}
 		h, err := getHost(ctx, tx, tenantID, name, true)
 		if err != nil {
 			return err

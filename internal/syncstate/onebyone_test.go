@@ -14,7 +14,7 @@ import (
 
 // applyEventsOneByOne is ApplyEvents with one UPDATE per event.
 func (s *Store) applyEventsOneByOne(ctx context.Context, tenantID, host string, events []Event) (EventsResult, error) {
-	return s.applyEvents(ctx, tenantID, host, events, applyOneByOne)
+	return s.applyEvents(ctx, tenantID, host, events, applyOneByOne, 0)
 }
 
 // applyOneByOne: one UPDATE per event, in order. An event that updates

@@ -4,6 +4,11 @@
 --   a  POST /v1/applications      a unique name and repo_url per request
 --   m  GET  /v1/me
 --   z  GET  /healthz
+--   l, L  POST /v1/leases (a unique key, ttl 1m) then DELETE /v1/leases/{id}:
+--         one acquire+release is two requests; the ids come back through a
+--         response hook (a per-thread queue, so any connection may send a
+--         release); l and L differ only in the live leases set up before
+--   k  POST /v1/leases/{id}/keepalive over BENCH_LEASES ("token:id,...")
 -- Unique values are "t<thread>-<counter>": a per-thread counter and the
 -- thread's number, so no two requests of a run repeat one. BENCH_TOKENS is
 -- the tenants' tokens, comma-separated: requests take turns with them (the
@@ -20,6 +25,11 @@ for t in string.gmatch(os.getenv("BENCH_TOKENS") or "", "[^,]+") do
   table.insert(tokens, "Bearer " .. t)
 end
 local run = os.getenv("BENCH_RUN") or "r"
+
+local leases = {}
+for t, l in string.gmatch(os.getenv("BENCH_LEASES") or "", "([^,:]+):([^,]+)") do
+  table.insert(leases, {"Bearer " .. t, l})
+end
 
 local thread_no = 0
 
@@ -56,6 +66,43 @@ if phase == "h" or phase == "a" or phase == "m" then
     end
     return wrk.format("POST", "/v1/applications", post_headers,
       '{"name":"app-' .. u .. '","repo_url":"https://github.com/bench-a/' .. u .. '","path":"deploy"}')
+  end
+end
+
+if phase == "l" or phase == "L" then
+  local releases = {}
+  function request()
+    local r = table.remove(releases)
+    if r then
+      get_headers["Authorization"] = r[1]
+      return wrk.format("DELETE", "/v1/leases/" .. r[2], get_headers)
+    end
+    counter = counter + 1
+    local ti = ((counter + id * 7919) % #tokens) + 1
+    post_headers["Authorization"] = tokens[ti]
+    -- The key names its tenant's token (a<index>): the answer gives the
+    -- key back, and the release must go with the lease's own tenant
+    -- whichever of the thread's connections answers first.
+    return wrk.format("POST", "/v1/leases", post_headers,
+      string.format('{"key":"bench/%s-a%d-t%d-%d","ttl":"1m"}', run, ti, id, counter))
+  end
+  function response(status, headers, body)
+    if status == 201 then
+      local lid = string.match(body, '"lease_id":"([^"]+)"')
+      local ti = tonumber(string.match(body, '"key":"bench/[^"]*%-a(%d+)%-t'))
+      if lid and ti then
+        table.insert(releases, {tokens[ti], lid})
+      end
+    end
+  end
+end
+
+if phase == "k" then
+  function request()
+    counter = counter + 1
+    local l = leases[((counter + id * 7919) % #leases) + 1]
+    get_headers["Authorization"] = l[1]
+    return wrk.format("POST", "/v1/leases/" .. l[2] .. "/keepalive", get_headers)
   end
 end
 

@@ -16,6 +16,7 @@ import (
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
+	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/reports"
@@ -67,9 +68,13 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 		Tenants:      ts,
 		Locks:        ls,
 		Apps:         apps.New(db, ls),
-		Rekey:        rekey.New(db, ls, rm),
-		Aliases:      aliases,
-		Reports:      reports.New(db),
+		// No notifier: a waiting acquisition wakes at the holder's expiry
+		// (the tests of the wake-up by release are internal/leases' and
+		// tests/', on the real binary).
+		Leases:  leases.New(db, ls, nil),
+		Rekey:   rekey.New(db, ls, rm),
+		Aliases: aliases,
+		Reports: reports.New(db),
 	}
 }
 

@@ -1,0 +1,398 @@
+// Package leases grants short exclusive leases with fencing tokens: "which
+// process may act on this repository, branch or sync host right now"
+// (docs/leases.md). A lease is not an ownership lock (internal/locks): it
+// is short, it expires unless kept alive, and every acquisition gets a new
+// fencing token, a 64-bit integer that strictly increases per key across
+// every acquisition by anyone. Writes to the state repolock stores
+// (internal/repostate/kv, internal/syncstate) carry the token and are
+// refused once a newer one was issued (Fence).
+//
+// Expiry is judged by the database's clock only (clock_timestamp() in the
+// statements); no replica's or client's clock is compared with a stored
+// time. An expired lease is free for the next acquirer at once: its row is
+// replaced by the acquisition, or removed later by Cleanup.
+package leases
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/pagetoken"
+)
+
+// Limits of a request.
+const (
+	MinTTL     = 100 * time.Millisecond
+	MaxTTL     = 24 * time.Hour
+	MaxWait    = 5 * time.Minute
+	MaxKeyLen  = 512
+	MaxHolder  = 256
+	NotifyChan = "repolock_leases"
+)
+
+// KindLeases is the page-token kind of the lease list.
+const KindLeases = "leases"
+
+// Lease is one granted lease.
+type Lease struct {
+	ID           string    `db:"id" json:"lease_id"`
+	Key          string    `db:"key" json:"key"`
+	FencingToken int64     `db:"token" json:"fencing_token"`
+	Holder       string    `db:"holder" json:"holder"`
+	TTLMillis    int64     `db:"ttl_ms" json:"-"`
+	AcquiredAt   time.Time `db:"acquired_at" json:"acquired_at"`
+	ExpiresAt    time.Time `db:"expires_at" json:"expires_at"`
+}
+
+// TTL is the lease's time to live, which every keepalive renews.
+func (l Lease) TTL() time.Duration { return time.Duration(l.TTLMillis) * time.Millisecond }
+
+// AcquireRequest is an acquisition: Key (a repository URL, keyed like any
+// claim, or a name), TTL, and how long to Wait for a held key (0: answer
+// lease_held at once). Holder is a free description of the acquirer (a
+// host name, a pid), shown in lists.
+type AcquireRequest struct {
+	Key    string
+	TTL    time.Duration
+	Wait   time.Duration
+	Holder string
+}
+
+// Service is the leases of one deployment. cmd/api builds one with New.
+// Its methods run on the pool.
+type Service struct {
+	db     *database.DB
+	locks  *locks.Service
+	notify *Notifier
+}
+
+// New returns the service on db. db and locks (the keying of repository
+// URLs and their ownership) are required. notify is the process's
+// listener that wakes waiting acquisitions when a lease is released; nil:
+// a waiting acquisition wakes only when the holder's lease expires (by
+// the database's clock) or its wait ends.
+func New(db *database.DB, ls *locks.Service, notify *Notifier) *Service {
+	if db == nil || ls == nil {
+		panic("leases.New: a pool and the locks service are required")
+	}
+	return &Service{db: db, locks: ls, notify: notify}
+}
+
+// heldError is the acquisition's answer for a key whose lease is valid:
+// remaining is the holder's time left, by the database's clock.
+type heldError struct {
+	remaining time.Duration
+}
+
+func (e *heldError) Error() string { return "lease held" }
+
+// HeldError is the lease_held error of a key.
+func HeldError(key string) error {
+	return repolock.Errorf(repolock.ELeaseHeld, "the lease on %s is held", key)
+}
+
+// IsURLKey reports whether a lease key is a repository URL (keyed like a
+// claim) rather than a plain name: it has a scheme ("https://...") or is
+// scp-like ("git@host:owner/repo").
+func IsURLKey(raw string) bool {
+	if strings.Contains(raw, "://") {
+		return true
+	}
+	at := strings.IndexByte(raw, '@')
+	colon := strings.IndexByte(raw, ':')
+	slash := strings.IndexByte(raw, '/')
+	return at > 0 && colon > at && (slash < 0 || colon < slash)
+}
+
+// ValidateKey checks a plain key (not a URL): 1..MaxKeyLen bytes of
+// single-line text, no leading or trailing space.
+func ValidateKey(key string) error {
+	if key == "" {
+		return repolock.Errorf(repolock.EInvalid, "key is required")
+	}
+	if len(key) > MaxKeyLen {
+		return repolock.Errorf(repolock.EInvalid, "key is longer than %d bytes", MaxKeyLen)
+	}
+	if strings.TrimSpace(key) != key {
+		return repolock.Errorf(repolock.EInvalid, "key must not start or end with white space")
+	}
+	return repolock.ValidateText("key", key, repolock.SingleLine)
+}
+
+// Key returns the stored key of raw for tenantID: a repository URL is
+// normalized under the locks service's rules and refused with
+// repository_claimed when another tenant's ownership lock holds it; a name
+// is validated and kept as it is.
+func (s *Service) Key(ctx context.Context, tenantID, raw string) (_ string, err error) {
+	defer repolock.WrapOp(&err, "leases.Key")
+	if err := ValidateKey(raw); err != nil {
+		return "", err
+	}
+	if !IsURLKey(raw) {
+		return raw, nil
+	}
+	k, err := s.locks.Rules().RepoURL(raw)
+	if err != nil {
+		return "", repolock.Wrap(repolock.EInvalid, err, "key is not a repository URL repolock can key: %s", repolock.ErrorMessage(err))
+	}
+	owner, err := s.locks.OwnerOf(ctx, k)
+	switch {
+	case repolock.IsCode(err, repolock.ENotFound):
+	case err != nil:
+		return "", err
+	case owner.TenantID != tenantID:
+		return "", locks.ClaimedError(owner.TenantName)
+	}
+	return string(k), nil
+}
+
+func validateRequest(r AcquireRequest) error {
+	if r.TTL < MinTTL || r.TTL > MaxTTL {
+		return repolock.Errorf(repolock.EInvalid, "ttl must be between %s and %s", MinTTL, MaxTTL)
+	}
+	if r.TTL%time.Millisecond != 0 {
+		return repolock.Errorf(repolock.EInvalid, "ttl must be a whole number of milliseconds")
+	}
+	if r.Wait < 0 || r.Wait > MaxWait {
+		return repolock.Errorf(repolock.EInvalid, "wait must be between 0s and %s", MaxWait)
+	}
+	if len(r.Holder) > MaxHolder {
+		return repolock.Errorf(repolock.EInvalid, "holder is longer than %d bytes", MaxHolder)
+	}
+	return repolock.ValidateText("holder", r.Holder, repolock.SingleLine)
+}
+
+const (
+	leaseColumns = `id, key, token, holder, ttl_ms, acquired_at, expires_at`
+
+	// acquireSQL is one acquisition attempt (repolock_lease_acquire,
+	// migration 000016): the lease, or, for a held key, r_id NULL and the
+	// time the holder's lease has left by the database's clock.
+	acquireSQL = `SELECT r_id, r_key, r_token, r_holder, r_ttl_ms, r_acquired_at, r_expires_at, r_remaining
+		FROM repolock_lease_acquire($1, $2, $3, $4, $5)`
+)
+
+// attempt is acquireSQL's row.
+type attempt struct {
+	ID         sql.NullString  `db:"r_id"`
+	Key        string          `db:"r_key"`
+	Token      sql.NullInt64   `db:"r_token"`
+	Holder     string          `db:"r_holder"`
+	TTLMillis  sql.NullInt64   `db:"r_ttl_ms"`
+	AcquiredAt sql.NullTime    `db:"r_acquired_at"`
+	ExpiresAt  sql.NullTime    `db:"r_expires_at"`
+	Remaining  sql.NullFloat64 `db:"r_remaining"`
+}
+
+// Acquire grants the lease on req.Key to tenantID, waiting up to req.Wait
+// for a held key (woken by the release's notification, or at the holder's
+// expiry by the database's clock). A key still held at the end answers
+// lease_held.
+func (s *Service) Acquire(ctx context.Context, tenantID string, req AcquireRequest) (_ Lease, err error) {
+	defer repolock.WrapOp(&err, "leases.Acquire")
+	if err := validateRequest(req); err != nil {
+		return Lease{}, err
+	}
+	key, err := s.Key(ctx, tenantID, req.Key)
+	if err != nil {
+		return Lease{}, err
+	}
+	var deadline <-chan time.Time
+	if req.Wait > 0 {
+		t := time.NewTimer(req.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		var woken <-chan struct{}
+		cancel := func() {}
+		if req.Wait > 0 && s.notify != nil {
+			// Subscribe before trying: a release committed after the
+			// attempt's snapshot wakes this waiter.
+			woken, cancel = s.notify.subscribe(tenantID, key)
+		}
+		l, err := s.try(ctx, tenantID, key, req)
+		var held *heldError
+		if !errors.As(err, &held) {
+			cancel()
+			return l, err
+		}
+		if req.Wait == 0 {
+			cancel()
+			return Lease{}, HeldError(key)
+		}
+		// Wake at the holder's expiry (a duration the database computed,
+		// so no clock is compared) unless a release comes first. A
+		// little slack past it: the next attempt must find it expired.
+		expiry := time.NewTimer(held.remaining + time.Millisecond)
+		select {
+		case <-woken:
+		case <-expiry.C:
+		case <-deadline:
+			expiry.Stop()
+			cancel()
+			// One last attempt: the lease may have ended at the deadline.
+			l, err := s.try(ctx, tenantID, key, req)
+			if errors.As(err, &held) {
+				return Lease{}, HeldError(key)
+			}
+			return l, err
+		case <-ctx.Done():
+			expiry.Stop()
+			cancel()
+			return Lease{}, repolock.Wrap(repolock.ETimeout, ctx.Err(), "waiting for the lease on %s ended", key)
+		}
+		expiry.Stop()
+		cancel()
+	}
+}
+
+// try is one acquisition attempt: *heldError when the key is held.
+func (s *Service) try(ctx context.Context, tenantID, key string, req AcquireRequest) (Lease, error) {
+	var a attempt
+	if err := s.db.GetPrepared(ctx, &a, acquireSQL, tenantID, key, req.Holder, req.TTL.Milliseconds(), req.Wait > 0); err != nil {
+		return Lease{}, database.MapError(err)
+	}
+	if !a.ID.Valid {
+		return Lease{}, &heldError{remaining: time.Duration(a.Remaining.Float64 * float64(time.Second))}
+	}
+	return Lease{ID: a.ID.String, Key: a.Key, FencingToken: a.Token.Int64, Holder: a.Holder, TTLMillis: a.TTLMillis.Int64,
+		AcquiredAt: a.AcquiredAt.Time, ExpiresAt: a.ExpiresAt.Time}, nil
+}
+
+func notFound(id string) error {
+	return repolock.Errorf(repolock.ENotFound, "lease %s not found or expired", id)
+}
+
+// Keepalive renews the tenant's valid lease id for its TTL from now (by
+// the database's clock). A lease that expired, was released, or was taken
+// over is not found: its holder has lost it.
+func (s *Service) Keepalive(ctx context.Context, tenantID, id string) (_ Lease, err error) {
+	defer repolock.WrapOp(&err, "leases.Keepalive")
+	if _, err := uuid.Parse(id); err != nil {
+		return Lease{}, notFound(id)
+	}
+	var l Lease
+	err = s.db.GetPrepared(ctx, &l, `UPDATE leases SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
+		WHERE id = $1 AND cluster_user_id = $2 AND expires_at > clock_timestamp()
+		RETURNING `+leaseColumns, id, tenantID)
+	if database.IsNoRows(err) {
+		return Lease{}, notFound(id)
+	}
+	return l, database.MapError(err)
+}
+
+// Release ends the tenant's lease id and wakes the key's waiters (in every
+// process, through NOTIFY at commit). Releasing a lease that already
+// expired, but that no one took over, is not an error; a lease taken over
+// or released before is not found.
+func (s *Service) Release(ctx context.Context, tenantID, id string) (err error) {
+	defer repolock.WrapOp(&err, "leases.Release")
+	if _, err := uuid.Parse(id); err != nil {
+		return notFound(id)
+	}
+	var n int
+	// Only a lease a waiter marked (wanted) notifies: NOTIFY serializes
+	// the commits of the transactions that use it.
+	err = s.db.GetPrepared(ctx, &n, `WITH d AS (
+			DELETE FROM leases WHERE id = $1 AND cluster_user_id = $2 RETURNING cluster_user_id, key, wanted)
+		SELECT count(*) FROM d
+		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`,
+		id, tenantID, NotifyChan)
+	if err != nil {
+		return database.MapError(err)
+	}
+	if n == 0 {
+		return notFound(id)
+	}
+	return nil
+}
+
+// List returns one page of the tenant's valid leases whose key starts with
+// keyPrefix, ordered by key, and the next page's token.
+func (s *Service) List(ctx context.Context, tenantID, keyPrefix string, pageSize int, pageToken string) (_ []Lease, _ string, err error) {
+	defer repolock.WrapOp(&err, "leases.List")
+	if pageSize < 1 {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "page_size must be at least 1")
+	}
+	if len(keyPrefix) > MaxKeyLen {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "key_prefix is longer than %d bytes", MaxKeyLen)
+	}
+	scope := pagetoken.Scope(tenantID, keyPrefix)
+	cur, first, err := pagetoken.Decode[pagetoken.Name](KindLeases, scope, pageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	after := ""
+	if !first {
+		after = cur.Name
+	}
+	var ls []Lease
+	// Served by the (cluster_user_id, key) unique index: a range scan
+	// from the prefix (COLLATE "C": byte order).
+	err = s.db.SelectContext(ctx, &ls, `SELECT `+leaseColumns+` FROM leases
+		WHERE cluster_user_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3)
+			AND expires_at > clock_timestamp()
+		ORDER BY key LIMIT $4`, tenantID, after, keyPrefix, pageSize+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	ls, next := pagetoken.Trim(ls, pageSize, func(last Lease) string {
+		return pagetoken.Encode(KindLeases, scope, pagetoken.Name{Name: last.Key})
+	})
+	return ls, next, nil
+}
+
+// Cleanup deletes up to limit leases that expired (by the database's
+// clock) and that no acquisition replaced, and returns how many. Their
+// keys' fencing tokens stay (lease_tokens): a later acquisition still gets
+// a greater one. An acquisition that takes a row under it changes the
+// row's id, so Cleanup never deletes a lease granted after it picked.
+func (s *Service) Cleanup(ctx context.Context, limit int) (_ int64, err error) {
+	defer repolock.WrapOp(&err, "leases.Cleanup")
+	if limit < 1 {
+		return 0, repolock.Errorf(repolock.EInvalid, "cleanup limit must be at least 1")
+	}
+	res, err := s.db.ExecContext(ctx, `DELETE FROM leases WHERE id IN (
+			SELECT id FROM leases WHERE expires_at <= clock_timestamp() LIMIT $1)
+		AND expires_at <= clock_timestamp()`, limit)
+	if err != nil {
+		return 0, database.MapError(err)
+	}
+	return res.RowsAffected()
+}
+
+// RunCleanup calls Cleanup every interval until ctx ends, in batches of
+// batch until a batch deletes fewer; errors are handed to onError (a
+// logger) and retried at the next tick.
+func (s *Service) RunCleanup(ctx context.Context, interval time.Duration, batch int, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := s.Cleanup(ctx, batch)
+			if err != nil {
+				if ctx.Err() == nil && onError != nil {
+					onError(err)
+				}
+				break
+			}
+			if n < int64(batch) {
+				break
+			}
+		}
+	}
+}

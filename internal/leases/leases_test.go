@@ -1,0 +1,444 @@
+package leases_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/leases"
+	"github.com/repolock/repolock/internal/locks"
+	"github.com/repolock/repolock/internal/normalize"
+)
+
+type env struct {
+	db     *database.DB
+	svc    *leases.Service
+	notify *leases.Notifier
+}
+
+// newEnv returns the service on a fresh database with a connected
+// notifier.
+func newEnv(t *testing.T) env {
+	t.Helper()
+	db, url := dbtest.NewWithURL(t)
+	n := leases.NewNotifier(url, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	n.Start()
+	t.Cleanup(n.Close)
+	select {
+	case <-n.Connected():
+	case <-time.After(30 * time.Second):
+		t.Fatal("notifier did not connect")
+	}
+	return env{db: db, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default())), n), notify: n}
+}
+
+// expire ends the key's lease now by the database's clock, as if its TTL
+// had passed.
+func (e env) expire(t *testing.T, tenant, key string) {
+	t.Helper()
+	if _, err := e.db.ExecContext(context.Background(),
+		`UPDATE leases SET expires_at = clock_timestamp() - interval '1 second' WHERE cluster_user_id = $1 AND key = $2`, tenant, key); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func req(key string) leases.AcquireRequest {
+	return leases.AcquireRequest{Key: key, TTL: 30 * time.Second}
+}
+
+func wantCode(t *testing.T, err error, code repolock.Code) {
+	t.Helper()
+	if !repolock.IsCode(err, code) {
+		t.Fatalf("error = %v, want %s", err, code)
+	}
+}
+
+func TestAcquireKeepaliveRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	bob := dbtest.NewTenant(t, e.db, "")
+
+	l1, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "indexer/github.com", TTL: 15 * time.Second, Holder: "host-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.FencingToken != 1 || l1.Key != "indexer/github.com" || l1.Holder != "host-1" || l1.TTL() != 15*time.Second {
+		t.Fatalf("first lease = %+v", l1)
+	}
+	if !l1.ExpiresAt.After(l1.AcquiredAt) {
+		t.Fatalf("expires_at %v not after acquired_at %v", l1.ExpiresAt, l1.AcquiredAt)
+	}
+	// Held: a second acquisition is refused and issues no token.
+	_, err = e.svc.Acquire(ctx, alice.ID, req("indexer/github.com"))
+	wantCode(t, err, repolock.ELeaseHeld)
+	// Another tenant's key of the same name is another key.
+	lb, err := e.svc.Acquire(ctx, bob.ID, req("indexer/github.com"))
+	if err != nil || lb.FencingToken != 1 {
+		t.Fatalf("bob: %+v, %v", lb, err)
+	}
+	// Keepalive extends; another tenant's keepalive of it is not found.
+	k, err := e.svc.Keepalive(ctx, alice.ID, l1.ID)
+	if err != nil || k.FencingToken != 1 || k.ID != l1.ID || k.ExpiresAt.Before(l1.ExpiresAt) {
+		t.Fatalf("keepalive: %+v, %v", k, err)
+	}
+	_, err = e.svc.Keepalive(ctx, bob.ID, l1.ID)
+	wantCode(t, err, repolock.ENotFound)
+	wantCode(t, e.svc.Release(ctx, bob.ID, l1.ID), repolock.ENotFound)
+	_, err = e.svc.Keepalive(ctx, alice.ID, "not-a-uuid")
+	wantCode(t, err, repolock.ENotFound)
+
+	if err := e.svc.Release(ctx, alice.ID, l1.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, e.svc.Release(ctx, alice.ID, l1.ID), repolock.ENotFound)
+	_, err = e.svc.Keepalive(ctx, alice.ID, l1.ID)
+	wantCode(t, err, repolock.ENotFound)
+	// The refused attempt above issued nothing: the next token is 2.
+	l2, err := e.svc.Acquire(ctx, alice.ID, req("indexer/github.com"))
+	if err != nil || l2.FencingToken != 2 || l2.ID == l1.ID {
+		t.Fatalf("second lease = %+v, %v", l2, err)
+	}
+}
+
+func TestExpiredLeaseIsFreeAndLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	l1, err := e.svc.Acquire(ctx, alice.ID, req("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.expire(t, alice.ID, "k")
+	// Expired: no keepalive, and free for the next acquirer without any
+	// sweeper.
+	_, err = e.svc.Keepalive(ctx, alice.ID, l1.ID)
+	wantCode(t, err, repolock.ENotFound)
+	l2, err := e.svc.Acquire(ctx, alice.ID, req("k"))
+	if err != nil || l2.FencingToken != 2 {
+		t.Fatalf("after expiry: %+v, %v", l2, err)
+	}
+	// The old holder's release no longer matches the new lease.
+	wantCode(t, e.svc.Release(ctx, alice.ID, l1.ID), repolock.ENotFound)
+	if _, err := e.svc.Keepalive(ctx, alice.ID, l2.ID); err != nil {
+		t.Fatalf("new holder's keepalive: %v", err)
+	}
+	// Releasing an expired lease nobody took is not an error.
+	e.expire(t, alice.ID, "k")
+	if err := e.svc.Release(ctx, alice.ID, l2.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCleanupKeepsTokensIncreasing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	var live leases.Lease
+	for _, key := range []string{"a", "b", "c"} {
+		l, err := e.svc.Acquire(ctx, alice.ID, req(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key == "c" {
+			live = l
+		} else {
+			e.expire(t, alice.ID, key)
+		}
+	}
+	n, err := e.svc.Cleanup(ctx, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("cleanup(1) = %d, %v", n, err)
+	}
+	n, err = e.svc.Cleanup(ctx, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("cleanup(10) = %d, %v", n, err)
+	}
+	var rows int
+	if err := e.db.GetContext(ctx, &rows, `SELECT count(*) FROM leases`); err != nil || rows != 1 {
+		t.Fatalf("rows left = %d, %v", rows, err)
+	}
+	if _, err := e.svc.Keepalive(ctx, alice.ID, live.ID); err != nil {
+		t.Fatalf("cleanup touched a valid lease: %v", err)
+	}
+	l, err := e.svc.Acquire(ctx, alice.ID, req("a"))
+	if err != nil || l.FencingToken != 2 {
+		t.Fatalf("after cleanup: %+v, %v", l, err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	long := make([]byte, leases.MaxKeyLen+1)
+	for i := range long {
+		long[i] = 'k'
+	}
+	for _, tc := range []struct {
+		name string
+		r    leases.AcquireRequest
+	}{
+		{"empty key", leases.AcquireRequest{TTL: time.Second}},
+		{"long key", leases.AcquireRequest{Key: string(long), TTL: time.Second}},
+		{"control character", leases.AcquireRequest{Key: "a\nb", TTL: time.Second}},
+		{"padded key", leases.AcquireRequest{Key: " a", TTL: time.Second}},
+		{"no ttl", leases.AcquireRequest{Key: "a"}},
+		{"ttl too short", leases.AcquireRequest{Key: "a", TTL: time.Millisecond}},
+		{"ttl too long", leases.AcquireRequest{Key: "a", TTL: 25 * time.Hour}},
+		{"ttl not whole milliseconds", leases.AcquireRequest{Key: "a", TTL: time.Second + time.Microsecond}},
+		{"negative wait", leases.AcquireRequest{Key: "a", TTL: time.Second, Wait: -time.Second}},
+		{"wait too long", leases.AcquireRequest{Key: "a", TTL: time.Second, Wait: time.Hour}},
+		{"bad URL", leases.AcquireRequest{Key: "https://", TTL: time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.svc.Acquire(ctx, alice.ID, tc.r)
+			wantCode(t, err, repolock.EInvalid)
+		})
+	}
+	var n int
+	if err := e.db.GetContext(ctx, &n, `SELECT (SELECT count(*) FROM leases) + (SELECT count(*) FROM lease_tokens)`); err != nil || n != 0 {
+		t.Fatalf("refused requests wrote %d rows (%v)", n, err)
+	}
+}
+
+func TestRepositoryURLKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	bob := dbtest.NewTenant(t, e.db, "")
+	dbtest.NewLock(t, e.db, bob.ID, "github.com/o/r", 0)
+
+	// Bob owns the repository: Alice cannot lease it under any spelling.
+	for _, spelling := range []string{"https://github.com/o/r.git", "git@github.com:o/r.git"} {
+		_, err := e.svc.Acquire(ctx, alice.ID, req(spelling))
+		wantCode(t, err, repolock.ERepositoryClaimed)
+	}
+	// Bob's spellings are one key.
+	l, err := e.svc.Acquire(ctx, bob.ID, req("git@github.com:o/r.git"))
+	if err != nil || l.Key != "github.com/o/r" {
+		t.Fatalf("bob: %+v, %v", l, err)
+	}
+	_, err = e.svc.Acquire(ctx, bob.ID, req("https://github.com/o/r/"))
+	wantCode(t, err, repolock.ELeaseHeld)
+	// An unclaimed repository is anyone's to lease.
+	if _, err := e.svc.Acquire(ctx, alice.ID, req("https://github.com/o/free")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	bob := dbtest.NewTenant(t, e.db, "")
+	for _, k := range []string{"sync/b", "sync/a", "sync/c", "syncx", "other"} {
+		if _, err := e.svc.Acquire(ctx, alice.ID, req(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.svc.Acquire(ctx, bob.ID, req("sync/z")); err != nil {
+		t.Fatal(err)
+	}
+	e.expire(t, alice.ID, "sync/c")
+	var got []string
+	token := ""
+	for {
+		page, next, err := e.svc.List(ctx, alice.ID, "sync/", 1, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range page {
+			got = append(got, l.Key)
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if len(got) != 2 || got[0] != "sync/a" || got[1] != "sync/b" {
+		t.Fatalf("list sync/ = %v, want [sync/a sync/b]", got)
+	}
+	all, _, err := e.svc.List(ctx, alice.ID, "", 50, "")
+	if err != nil || len(all) != 4 {
+		t.Fatalf("list all = %d, %v", len(all), err)
+	}
+	// A token of another prefix is refused.
+	_, next, _ := e.svc.List(ctx, alice.ID, "", 1, "")
+	_, _, err = e.svc.List(ctx, alice.ID, "sync/", 1, next)
+	wantCode(t, err, repolock.EInvalid)
+}
+
+// TestWaitWokenByRelease: a waiting acquisition is woken by the release's
+// notification and gets the next token.
+func TestWaitWokenByRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	l1, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "k", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   leases.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "k", TTL: time.Hour, Wait: leases.MaxWait})
+		done <- result{l, err}
+	}()
+	waitFor(t, "the waiter to subscribe", func() bool { return e.notify.Waiting() == 1 })
+	select {
+	case r := <-done:
+		t.Fatalf("acquired while held: %+v %v", r.l, r.err)
+	default:
+	}
+	if err := e.svc.Release(ctx, alice.ID, l1.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.l.FencingToken != 2 {
+		t.Fatalf("waiter got %+v, %v", r.l, r.err)
+	}
+}
+
+// TestWaitEndsHeld: a wait that ends while the key is held answers
+// lease_held.
+func TestWaitEndsHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	if _, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "k", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "k", TTL: time.Hour, Wait: 200 * time.Millisecond})
+	wantCode(t, err, repolock.ELeaseHeld)
+}
+
+// TestWaitWokenByExpiry: with no release, the waiter gets the lease once
+// the holder's TTL ran out by the database's clock.
+func TestWaitWokenByExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	if _, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "k", TTL: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "k", TTL: time.Hour, Wait: leases.MaxWait})
+	if err != nil || l.FencingToken != 2 {
+		t.Fatalf("waiter got %+v, %v", l, err)
+	}
+}
+
+// TestConcurrentMutualExclusion: many workers of one key, each waiting,
+// holding and releasing: never two holders at once, every token issued
+// once, in the order the leases were held.
+func TestConcurrentMutualExclusion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	const workers, rounds = 6, 5
+	var (
+		holders atomic.Int32
+		mu      sync.Mutex
+		order   []int64
+		wg      sync.WaitGroup
+	)
+	errs := make(chan error, workers*rounds)
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				l, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "job", TTL: time.Hour, Wait: leases.MaxWait})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n := holders.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				order = append(order, l.FencingToken)
+				mu.Unlock()
+				holders.Add(-1)
+				if err := e.svc.Release(ctx, alice.ID, l.ID); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(order) != workers*rounds {
+		t.Fatalf("%d acquisitions, want %d", len(order), workers*rounds)
+	}
+	for i, tok := range order {
+		if tok != int64(i+1) {
+			t.Fatalf("tokens in holding order = %v, want 1..%d", order, len(order))
+		}
+	}
+}
+
+// TestConcurrentNoWait: of many simultaneous acquisitions without wait,
+// exactly one wins.
+func TestConcurrentNoWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	var won, held atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			_, err := e.svc.Acquire(ctx, alice.ID, req("race"))
+			switch {
+			case err == nil:
+				won.Add(1)
+			case repolock.IsCode(err, repolock.ELeaseHeld):
+				held.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if won.Load() != 1 || held.Load() != 15 {
+		t.Fatalf("won %d, held %d; want 1 and 15", won.Load(), held.Load())
+	}
+	var tok int64
+	if err := e.db.GetContext(ctx, &tok, `SELECT token FROM lease_tokens WHERE cluster_user_id = $1`, alice.ID); err != nil || tok != 1 {
+		t.Fatalf("issued token = %d, %v; refused attempts must issue none", tok, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

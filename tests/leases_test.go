@@ -1,0 +1,263 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/repolock/repolock/client"
+	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/leases/leasecheck"
+)
+
+// replicaTarget is the leasecheck.Target of replicas of the real binary,
+// through the public client: each operation goes to a replica picked at
+// random among those not killed. The register of a lease key
+// "repositories/R/branches/B" is branch B of repository R, written by a
+// commit that carries the fencing token.
+type replicaTarget struct {
+	t       *testing.T
+	repo    string
+	clients []*client.Client
+	dead    []atomic.Bool
+}
+
+func (r *replicaTarget) pick() *client.Client {
+	for {
+		i := rand.IntN(len(r.clients))
+		if !r.dead[i].Load() {
+			return r.clients[i]
+		}
+	}
+}
+
+func (r *replicaTarget) status(op string, err error) leasecheck.Status {
+	switch {
+	case err == nil:
+		return leasecheck.OK
+	case client.IsLeaseHeld(err):
+		return leasecheck.Held
+	case client.IsNotFound(err):
+		return leasecheck.Lost
+	case client.IsFenced(err):
+		return leasecheck.Fenced
+	case client.IsCode(err, client.CodeConflict):
+		return leasecheck.Conflict
+	case client.IsCode(err, client.CodeInvalidArgument), client.IsCode(err, client.CodeInternal):
+		r.t.Errorf("%s: %v", op, err) // a bug, not a fault
+	}
+	return leasecheck.Unknown
+}
+
+func (r *replicaTarget) Acquire(ctx context.Context, key string, ttl, wait time.Duration) (string, int64, leasecheck.Status) {
+	l, err := r.pick().AcquireLease(ctx, client.AcquireLeaseRequest{Key: key, TTL: ttl, Wait: wait})
+	st := r.status("acquire", err)
+	if st == leasecheck.Lost {
+		st = leasecheck.Unknown
+	}
+	return l.LeaseID, l.FencingToken, st
+}
+
+func (r *replicaTarget) Keepalive(ctx context.Context, _, id string) leasecheck.Status {
+	_, err := r.pick().KeepaliveLease(ctx, id)
+	return r.status("keepalive", err)
+}
+
+func (r *replicaTarget) Release(ctx context.Context, _, id string) leasecheck.Status {
+	return r.status("release", r.pick().ReleaseLease(ctx, id))
+}
+
+func (r *replicaTarget) Write(ctx context.Context, key string, token int64) leasecheck.Status {
+	branch := key[len("repositories/"+r.repo+"/branches/"):]
+	_, err := r.pick().WithFencingToken(token).Commit(ctx, r.repo, branch, client.CommitRequest{Message: "fenced write"})
+	return r.status("write", err)
+}
+
+// TestLeasesLinearizableThreeReplicas records a history of concurrent
+// lease clients (some paused past their TTL, then writing with their
+// stale token) through three replicas of the real binary, while the
+// replicas' database sessions are killed with pg_terminate_backend and
+// one replica is killed with SIGKILL, and checks it with Porcupine
+// against leasecheck.Model (LEASE_HISTORY_DURATION for a longer run).
+func TestLeasesLinearizableThreeReplicas(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewDatabase(t, false)
+	first := startServerWith(t, serverOptions{DatabaseURL: dbURL})
+	replicas := []*server{first,
+		startServerWith(t, serverOptions{DatabaseURL: dbURL}),
+		startServerWith(t, serverOptions{DatabaseURL: dbURL})}
+	token := first.createTenant(t, "leases")
+	ctx := t.Context()
+	alice := first.client(t, token)
+	const repo = "lease-history"
+	if _, err := alice.CreateRepository(ctx, client.CreateRepositoryRequest{Name: repo, StorageNamespace: "s3://b/h"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.CreateBranch(ctx, repo, "other", "main"); err != nil {
+		t.Fatal(err)
+	}
+	target := &replicaTarget{t: t, repo: repo, dead: make([]atomic.Bool, len(replicas))}
+	for _, s := range replicas {
+		target.clients = append(target.clients, s.client(t, token))
+	}
+
+	duration := 5 * time.Second
+	if v := os.Getenv("LEASE_HISTORY_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("LEASE_HISTORY_DURATION=%q: %v", v, err)
+		}
+		duration = d
+	}
+	killer, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	var (
+		bg         sync.WaitGroup
+		terminated atomic.Int64
+	)
+	bg.Go(func() {
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-time.After(time.Duration(200+rand.IntN(400)) * time.Millisecond):
+			}
+			var n int64
+			if err := killer.QueryRowContext(runCtx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND random() < 0.3`).Scan(&n); err == nil {
+				terminated.Add(n)
+			}
+		}
+	})
+	// kill -9 of the third replica a third of the way in: its requests
+	// in flight end with an unknown outcome, its leases expire.
+	bg.Go(func() {
+		select {
+		case <-runCtx.Done():
+			return
+		case <-time.After(duration / 3):
+		}
+		victim := replicas[2]
+		target.dead[2].Store(true)
+		_ = victim.cmd.Process.Kill()
+		<-victim.exited
+		victim.err = nil // killed on purpose
+	})
+	rec := leasecheck.NewRecorder()
+	leasecheck.Run(runCtx, rec, target, leasecheck.Workload{
+		Keys:    []string{"repositories/" + repo + "/branches/main", "repositories/" + repo + "/branches/other"},
+		Clients: 4, Pausers: 2,
+		TTL: time.Second, Wait: 2 * time.Second, Pause: 200 * time.Millisecond,
+		Duration: duration,
+	})
+	stop()
+	bg.Wait()
+	ops := rec.Operations()
+	counts := leasecheck.Counts(ops)
+	t.Logf("%d operations, %d sessions terminated, one replica killed: %v", len(ops), terminated.Load(), counts)
+	for _, want := range []string{"acquire/ok", "write/ok", "write/fenced", "keepalive/ok", "keepalive/lost", "release/ok"} {
+		if counts[want] == 0 {
+			t.Errorf("the history has no %s", want)
+		}
+	}
+	leasecheck.Check(t, "replicas", ops, time.Minute)
+}
+
+// TestLeaseRunCLI: `api lease run` runs the command with the lease's token
+// in its environment and exits with its status; a held key exits 3; a
+// lease lost while the command runs stops the command and exits 4.
+func TestLeaseRunCLI(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	token := s.createTenant(t, "cron")
+	c := s.client(t, token)
+	ctx := t.Context()
+	lease := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(binPath, append([]string{"lease", "run", "--url", s.URL, "--key", "cron/nightly", "--ttl", "1s"}, args...)...)
+		cmd.Env = append(cleanEnv(), "REPOLOCK_TOKEN="+token)
+		return cmd
+	}
+	exitCode := func(err error) int {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	}
+
+	out, err := lease("--", "sh", "-c", `echo "$REPOLOCK_LEASE_KEY $REPOLOCK_FENCING_TOKEN"; exit 7`).Output()
+	if code := exitCode(err); code != 7 || strings.TrimSpace(string(out)) != "cron/nightly 1" {
+		t.Fatalf("run: exit %d, output %q; want 7 and the key and token 1", code, out)
+	}
+	// Released at the end: the key is free.
+	held, err := c.AcquireLease(ctx, client.AcquireLeaseRequest{Key: "cron/nightly", TTL: time.Minute})
+	if err != nil || held.FencingToken != 2 {
+		t.Fatalf("after the run: %+v, %v", held, err)
+	}
+	var stderr bytes.Buffer
+	cmd := lease("--", "true")
+	cmd.Stderr = &stderr
+	if code := exitCode(cmd.Run()); code != 3 {
+		t.Fatalf("held key: exit %d (%s), want 3", code, stderr.String())
+	}
+	if err := c.ReleaseLease(ctx, held.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lost while running: the lease is released behind its back.
+	marker := filepath.Join(t.TempDir(), "running")
+	cmd = lease("--kill-after", "1s", "--", "sh", "-c", `touch "$0"; exec sleep 300`, marker)
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var id string
+	for id == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("api lease run ended early: %v\n%s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if _, err := os.Stat(marker); err != nil {
+			continue
+		}
+		for l, err := range c.ListLeases(ctx, client.LeaseListOptions{KeyPrefix: "cron/"}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = l.LeaseID
+		}
+	}
+	if err := c.ReleaseLease(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 4 || !strings.Contains(stderr.String(), "was lost") {
+			t.Fatalf("lost lease: exit %d, stderr %q; want 4", code, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("api lease run did not stop after its lease was lost")
+	}
+}
