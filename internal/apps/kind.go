@@ -509,6 +509,14 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 				return nil // commit the denial event; nothing else was written
 			}
 			next.lockID = lockID
+		} else if next.repoURL != was.repoURL {
+			// Another spelling of the same key: no claim, but the key is
+			// this replica's, so the rules it keyed under must still be
+			// the stored ones (re-keying relies on every reference written
+			// being on its own key under the rules in force).
+			if err := s.locks.GuardRules(ctx, tx, keying.Generation); err != nil {
+				return err
+			}
 		}
 		args := append([]any{id, tenantID, next.name, next.repoURL, next.normalizedURL}, anys(next.own)...)
 		if err := tx.GetContext(ctx, &r, k.sql.update, append(args, next.lockID)...); err != nil {

@@ -71,7 +71,7 @@ func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, k *Ke
 			return Target{LockID: ids[0], Created: true}, nil
 		}
 		var id string
-		err = q.GetContext(ctx, &id, ownLockSQL, pq.StringArray{string(key)}, tenantID)
+		err = q.GetContext(ctx, &id, ownLockSQL, string(key), tenantID)
 		if err == nil {
 			return Target{LockID: id}, nil
 		}
