@@ -4,18 +4,21 @@
 //
 // Both kinds of change go through one set-based engine (move.go):
 //
-//   - A rules version change (Run, `api rekey`): a first pass takes the
-//     stale locks (locks.StaleSQL) FOR UPDATE in batches, in parallel
-//     ranges of ids, reads their references and marks current, one
-//     statement per batch, every lock whose references all keep their
-//     key. The others are planned across the whole run (per new key, which
-//     tenants' locks move to it) and moved by a second pass, one
-//     transaction per batch: reference rows and locks FOR UPDATE (the
-//     order internal/apps takes them in), references read again, then a
-//     rejected URL or a new key another tenant holds or moves to leaves the
-//     lock where it is (rekey_conflicts), a lock whose references all move
-//     to one free key gets it in place, and the rest move reference by
-//     reference to their tenant's lock on each new key.
+//   - A rules version change (Run, `api rekey`): a first pass reads the
+//     stale locks (checkBatchSQL) in batches, in parallel ranges of ids,
+//     with their references, and writes nothing: a lock whose references
+//     all keep their key stays as it is. The others are planned across the
+//     whole run (per new key, which tenants' locks move to it) and moved
+//     by a second pass, one transaction per batch: reference rows and
+//     locks FOR UPDATE (the order internal/apps takes them in), references
+//     read again, then a rejected URL or a new key another tenant holds or
+//     moves to leaves the lock where it is (rekey_conflicts), a lock whose
+//     references all move to one free key gets it in place, and the rest
+//     move reference by reference to their tenant's lock on each new key.
+//     A complete run records its version as checked
+//     (normalizer_state.checked_version): the stale locks are then only
+//     those of open conflicts, for the next run and for the claims'
+//     shadow keys (LoadKeying).
 //   - An alias change (AddAlias, RemoveAlias): the same engine, in the
 //     change's own transaction, on the locks of the alias's endpoint,
 //     refused as a whole when any of them conflicts.
