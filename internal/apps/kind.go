@@ -67,7 +67,8 @@ type statements struct {
 	// $3 name, $4 repo_url, $5 normalized_url, then the own columns, then
 	// the lock the row references afterwards.
 	update string
-	// lockRow takes the row lock: $1 id, $2 tenant.
+	// lockRow takes the row lock: $1 id, $2 tenant, after ROW EXCLUSIVE on
+	// the locks table (locks.HoldRulesCTE).
 	lockRow string
 	// setRef points row $1's reference at lock $2, creating it if missing.
 	setRef string
@@ -131,7 +132,8 @@ const (
 	SET name = $3, repo_url = $4, normalized_url = $5, {own.set}, updated_at = now()
 	WHERE a.id = $1 AND a.cluster_user_id = $2
 	RETURNING ` + rowColumns + `, {lock}::text AS lock_id`
-	lockRowTemplate = `SELECT id FROM {table} WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`
+	lockRowTemplate = `WITH ` + locks.HoldRulesCTE + `
+	SELECT id FROM {table} WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`
 	setRefTemplate  = `
 	INSERT INTO {refTable} ({refColumn}, lock_id) VALUES ($1, $2)
 	ON CONFLICT ({refColumn}) DO UPDATE SET lock_id = EXCLUDED.lock_id`
