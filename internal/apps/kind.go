@@ -67,7 +67,8 @@ type statements struct {
 	// $3 name, $4 repo_url, $5 normalized_url, then the own columns, then
 	// the lock the row references afterwards.
 	update string
-	// lockRow takes the row lock: $1 id, $2 tenant.
+	// lockRow takes the row lock: $1 id, $2 tenant, after ROW EXCLUSIVE on
+	// the locks table (locks.HoldRulesCTE).
 	lockRow string
 	// setRef points row $1's reference at lock $2, creating it if missing.
 	setRef string
@@ -131,7 +132,8 @@ const (
 	SET name = $3, repo_url = $4, normalized_url = $5, {own.set}, updated_at = now()
 	WHERE a.id = $1 AND a.cluster_user_id = $2
 	RETURNING ` + rowColumns + `, {lock}::text AS lock_id`
-	lockRowTemplate = `SELECT id FROM {table} WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`
+	lockRowTemplate = `WITH ` + locks.HoldRulesCTE + `
+	SELECT id FROM {table} WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`
 	setRefTemplate  = `
 	INSERT INTO {refTable} ({refColumn}, lock_id) VALUES ($1, $2)
 	ON CONFLICT ({refColumn}) DO UPDATE SET lock_id = EXCLUDED.lock_id`
@@ -509,6 +511,14 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 				return nil // commit the denial event; nothing else was written
 			}
 			next.lockID = lockID
+		} else if next.repoURL != was.repoURL {
+			// Another spelling of the same key: no claim, but the key is
+			// this replica's, so the rules it keyed under must still be
+			// the stored ones (re-keying relies on every reference written
+			// being on its own key under the rules in force).
+			if err := s.locks.GuardRules(ctx, tx, keying.Generation); err != nil {
+				return err
+			}
 		}
 		args := append([]any{id, tenantID, next.name, next.repoURL, next.normalizedURL}, anys(next.own)...)
 		if err := tx.GetContext(ctx, &r, k.sql.update, append(args, next.lockID)...); err != nil {

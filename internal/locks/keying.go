@@ -30,8 +30,9 @@ import (
 //     stored (until `api rekey` moves them): a claim is refused when any of
 //     the keys the URL had under them, or any predecessor of its key
 //     (normalize's Predecessors: the older keys of the repository's other
-//     spellings), is held by another tenant, and a lock the claimant holds
-//     under one of them is its own. (Predecessors are declared one version
+//     spellings), is held by another tenant. A lock the claimant holds
+//     under one of them does not stop the claim, which gets its own lock
+//     on the current key (re-keying then merges the two). (Predecessors are declared one version
 //     back: with locks stored under a version older than the one before
 //     the current, only the claimed URL's own old keys are checked.)
 //   - Refuse is set when a binary with a newer rules version has served:

@@ -395,20 +395,28 @@ func TestShadowKeysDecideClaims(t *testing.T) {
 		t.Fatalf("events on %s: %q, want %q", currentKey, got, want)
 	}
 
-	// Alice, on the pool and in a transaction: her shadow lock.
+	// Alice, on the pool and then in a transaction: a lock of her own on
+	// the current key (never her shadow lock: a claim joins only a lock on
+	// its own key), the same one the second time.
 	acq, err = ls.Acquire(ctx, alice.ID, url)
-	if err != nil || !acq.Acquired || acq.LockID != shadowLock || acq.Owner != "" || acq.Key != currentKey {
-		t.Fatalf("alice's Acquire: %+v %v, want her shadow lock %s", acq, err, shadowLock)
+	if err != nil || !acq.Acquired || acq.LockID == "" || acq.LockID == shadowLock || acq.Owner != "" || acq.Key != currentKey {
+		t.Fatalf("alice's Acquire: %+v %v, want a lock of hers on %s (not the shadow lock %s)", acq, err, currentKey, shadowLock)
 	}
+	newLock := acq.LockID
 	err = db.WithTx(ctx, func(tx database.Tx) error {
 		acq, err = ls.AcquireTx(ctx, tx, alice.ID, claim(t, ls, url))
 		return err
 	})
-	if err != nil || !acq.Acquired || acq.LockID != shadowLock {
-		t.Fatalf("alice's AcquireTx: %+v %v, want her shadow lock %s", acq, err, shadowLock)
+	if err != nil || !acq.Acquired || acq.LockID != newLock {
+		t.Fatalf("alice's AcquireTx: %+v %v, want her lock %s on the current key", acq, err, newLock)
 	}
-	if n := lockCount(t, db, string(currentKey)); n != 0 {
-		t.Fatalf("%d locks on the current key %s, want none", n, currentKey)
+	if n := lockCount(t, db, string(currentKey)); n != 1 {
+		t.Fatalf("%d locks on the current key %s, want alice's one", n, currentKey)
+	}
+	// Bob is still denied: both keys are alice's.
+	acq, err = ls.Acquire(ctx, bob.ID, url)
+	if err != nil || acq.Acquired || acq.Owner != "alice" {
+		t.Fatalf("bob's Acquire after alice's: %+v %v, want denied by alice", acq, err)
 	}
 	if got := events(t, db, string(shadowKey)); len(got) != 0 {
 		t.Fatalf("events on the shadow key: %q, want none", got)
@@ -529,12 +537,12 @@ func TestRulesV2ToV3OneOwner(t *testing.T) {
 			t.Errorf("bob's v3 claim of %s: %+v, %v; want denied, owner alice", u, acq, err)
 		}
 		acq, err = ls.Acquire(ctx, alice.ID, u)
-		if err != nil || !acq.Acquired || acq.LockID != lockID {
-			t.Errorf("alice's v3 claim of %s: %+v, %v; want her v2 lock %s", u, acq, err, lockID)
+		if err != nil || !acq.Acquired || acq.LockID == lockID || acq.Key != "h.example/o/te%2573t" {
+			t.Errorf("alice's v3 claim of %s: %+v, %v; want a lock of hers on the v3 key (not her v2 lock %s)", u, acq, err, lockID)
 		}
 	}
-	var n int
-	if err := db.GetContext(ctx, &n, `SELECT count(*) FROM RepositoryLockOwner`); err != nil || n != 1 {
-		t.Fatalf("locks: %d, %v; want alice's one", n, err)
+	var owners []string
+	if err := db.SelectContext(ctx, &owners, `SELECT DISTINCT cluster_user_id::text FROM RepositoryLockOwner`); err != nil || len(owners) != 1 || owners[0] != alice.ID {
+		t.Fatalf("lock owners: %v, %v; want alice only", owners, err)
 	}
 }

@@ -129,9 +129,14 @@ func validateTenantID(id string) error {
 // for none) and gen (the claim's rules generation, bigint). Every key of
 // input must be distinct: a key already held (by anyone, or by an earlier
 // row of input) gets no lock row, and neither does a key one of whose
-// shadow keys anyone holds (another tenant: the claim is denied; the
-// claimant: that lock is its own, found by the look-up that follows). rules_guard raises RL001 when a row's
-// generation is not the stored one (Keying).
+// shadow keys another tenant holds (the claim is denied). A lock the
+// claimant holds on a shadow key does not stop it: the claimant gets a lock
+// on the current key as well (one tenant, two keys of one repository), and
+// re-keying later moves the old lock's references to it. So a claim never
+// joins a lock on another key than its own, and every reference written
+// under the current rules is on its own key under them: what lets
+// re-keying check a lock without taking it (internal/rekey). rules_guard
+// raises RL001 when a row's generation is not the stored one (Keying).
 //
 // It is for the statements that create a lock together with the row that
 // references it (internal/apps): they start with "WITH input AS (...), " +
@@ -166,7 +171,7 @@ const (
 	FROM input CROSS JOIN rules_guard
 	WHERE rules_guard.ok AND (input.shadows = '' OR NOT EXISTS (
 		SELECT 1 FROM RepositoryLockOwner s
-		WHERE s.git_repository_url = ANY (string_to_array(input.shadows, E'\n'))))
+		WHERE s.git_repository_url = ANY (string_to_array(input.shadows, E'\n')) AND s.cluster_user_id <> input.tenant))
 	ORDER BY input.key
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
@@ -234,16 +239,13 @@ type newLockRow struct {
 	Tenant string `db:"tenant"`
 }
 
-// ownLockSQL finds the caller's own lock on a claim's keys ($1: the key,
-// then its shadow keys; the first found in that order) and takes FOR KEY
-// SHARE on it, so that it cannot be released before the caller's
-// transaction ends. A row being deleted by a concurrent Release is waited
-// for and then skipped.
+// ownLockSQL finds the caller's own lock on a claim's key ($1; never on a
+// shadow key: see NewLocksCTE) and takes FOR KEY SHARE on it, so that it
+// cannot be released before the caller's transaction ends. A row being
+// deleted by a concurrent Release is waited for and then skipped.
 const ownLockSQL = `
 SELECT id FROM RepositoryLockOwner
-WHERE git_repository_url = ANY ($1::text[]) AND cluster_user_id = $2
-ORDER BY array_position($1::text[], git_repository_url)
-LIMIT 1
+WHERE git_repository_url = $1 AND cluster_user_id = $2
 FOR KEY SHARE`
 
 // DenialWindow is the window repeated denials coalesce in: the denials of
@@ -280,9 +282,8 @@ SELECT name FROM owner`
 type Acquisition struct {
 	// Key is the claim's key under the rules it was decided under.
 	Key normalize.Key
-	// LockID is the lock the caller now holds ("" when not Acquired). It
-	// may be a lock on one of the claim's shadow keys, until re-keying
-	// moves it.
+	// LockID is the lock the caller now holds on Key ("" when not
+	// Acquired).
 	LockID string
 	// Acquired is false when another tenant owns the URL.
 	Acquired bool
@@ -375,7 +376,7 @@ func (s *Service) acquire(ctx context.Context, q runner, tenantID string, c Clai
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).
-		err = q.get(ctx, &lockID, ownLockSQL, keys, tenantID)
+		err = q.get(ctx, &lockID, ownLockSQL, string(c.key), tenantID)
 		if err == nil {
 			return Acquisition{Key: c.key, LockID: lockID, Acquired: true}, nil
 		}

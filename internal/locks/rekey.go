@@ -71,7 +71,7 @@ func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, k *Ke
 			return Target{LockID: ids[0], Created: true}, nil
 		}
 		var id string
-		err = q.GetContext(ctx, &id, ownLockSQL, pq.StringArray{string(key)}, tenantID)
+		err = q.GetContext(ctx, &id, ownLockSQL, string(key), tenantID)
 		if err == nil {
 			return Target{LockID: id}, nil
 		}
@@ -166,6 +166,19 @@ func (s *Service) MarkCurrentMany(ctx context.Context, q database.Querier, versi
 		WHERE id = ANY ($1::uuid[])`, pq.StringArray(ids), version)
 	return database.MapError(err)
 }
+
+// HoldRulesCTE is a common table expression (named hold_rules) that makes
+// the statement it starts take ROW EXCLUSIVE on RepositoryLockOwner before
+// anything else, as a claim does: an UPDATE that matches no row, whose
+// table lock is taken when the statement is planned, before any row lock
+// it takes. A transaction that will change a reference starts with it
+// (internal/apps takes its row lock in the same statement), so that it
+// waits for a rules change in progress (SHARE ROW EXCLUSIVE) before it
+// holds a row the change needs, instead of holding the row and then
+// waiting for the table: that order deadlocked with every alias change
+// (the database broke the cycle a second later, sometimes by aborting the
+// change).
+const HoldRulesCTE = `hold_rules AS (UPDATE RepositoryLockOwner SET gc_candidate = gc_candidate WHERE false)`
 
 // GuardRules holds off changes of the rules (they take SHARE ROW EXCLUSIVE
 // on RepositoryLockOwner) until the caller's transaction q ends, and fails

@@ -162,7 +162,7 @@ func BenchmarkRekey100k(b *testing.B) {
 	}
 	b.StopTimer()
 	rate := float64(total) / elapsed.Seconds()
-	b.Logf("rules version bump, %d locks (%d moved in place, %d marked current, %d batches): run %s, %.0f locks checked/s (target >= 20,000/s); second run %s",
+	b.Logf("rules version bump, %d locks (%d moved in place, %d checked unchanged, %d batches): run %s, %.0f locks checked/s (target >= 20,000/s); second run %s",
 		total, rep.MovedReferences, rep.Rekeyed-rep.MovedReferences, rep.Batches, elapsed.Round(time.Millisecond), rate, second.Round(time.Millisecond))
 	b.ReportMetric(rate, "locks/s")
 	b.ReportMetric(elapsed.Seconds(), "run-s")

@@ -126,8 +126,10 @@ type decision struct {
 	problems []Problem
 }
 
-// apply moves srcs in tx (the caller holds them FOR UPDATE, and the rows
-// of their references). In a dry run it writes nothing.
+// apply moves srcs in tx: the caller holds them FOR UPDATE, and the rows
+// of their references (load), or, for an alias change, SHARE ROW EXCLUSIVE
+// on the locks table (see endpointLocksSQL). In a dry run it writes
+// nothing.
 func (m *mover) apply(ctx context.Context, tx database.Tx, srcs []source) (counts, error) {
 	var out counts
 	ds := make([]decision, 0, len(srcs))

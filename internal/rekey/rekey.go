@@ -4,18 +4,21 @@
 //
 // Both kinds of change go through one set-based engine (move.go):
 //
-//   - A rules version change (Run, `api rekey`): a first pass takes the
-//     stale locks (locks.StaleSQL) FOR UPDATE in batches, in parallel
-//     ranges of ids, reads their references and marks current, one
-//     statement per batch, every lock whose references all keep their
-//     key. The others are planned across the whole run (per new key, which
-//     tenants' locks move to it) and moved by a second pass, one
-//     transaction per batch: reference rows and locks FOR UPDATE (the
-//     order internal/apps takes them in), references read again, then a
-//     rejected URL or a new key another tenant holds or moves to leaves the
-//     lock where it is (rekey_conflicts), a lock whose references all move
-//     to one free key gets it in place, and the rest move reference by
-//     reference to their tenant's lock on each new key.
+//   - A rules version change (Run, `api rekey`): a first pass reads the
+//     stale locks (checkBatchSQL) in batches, in parallel ranges of ids,
+//     with their references, and writes nothing: a lock whose references
+//     all keep their key stays as it is. The others are planned across the
+//     whole run (per new key, which tenants' locks move to it) and moved
+//     by a second pass, one transaction per batch: reference rows and
+//     locks FOR UPDATE (the order internal/apps takes them in), references
+//     read again, then a rejected URL or a new key another tenant holds or
+//     moves to leaves the lock where it is (rekey_conflicts), a lock whose
+//     references all move to one free key gets it in place, and the rest
+//     move reference by reference to their tenant's lock on each new key.
+//     A complete run records its version as checked
+//     (normalizer_state.checked_version): the stale locks are then only
+//     those of open conflicts, for the next run and for the claims'
+//     shadow keys (LoadKeying).
 //   - An alias change (AddAlias, RemoveAlias): the same engine, in the
 //     change's own transaction, on the locks of the alias's endpoint,
 //     refused as a whole when any of them conflicts.
@@ -222,7 +225,15 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 		}
 		n = k.Current
 	}
-	r := &runner{db: db, locks: s.locks, keying: k, n: n, opts: opts, metrics: s.metrics, mover: newMover(s.locks, k, opts.DryRun, false)}
+	var checked int
+	if err := db.GetContext(ctx, &checked, `SELECT checked_version FROM normalizer_state`); err != nil {
+		return Report{}, database.MapError(err)
+	}
+	r := &runner{db: db, locks: s.locks, keying: k, n: n, opts: opts, metrics: s.metrics, mover: newMover(s.locks, k, opts.DryRun, false),
+		checkSQL: checkBatchSQL}
+	if checked >= n.Version() {
+		r.checkSQL = checkOpenSQL
+	}
 	r.report = Report{DryRun: opts.DryRun, NormalizerVersion: n.Version(), NormalizerRules: "",
 		Conflicts: []Problem{}, Rejected: []Problem{}}
 	if err := r.checkPass(ctx); err != nil {
@@ -234,6 +245,9 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 	}
 	if !opts.DryRun {
 		if err := r.resolve(ctx); err != nil {
+			return r.report, err
+		}
+		if err := r.markChecked(ctx); err != nil {
 			return r.report, err
 		}
 	}
@@ -251,6 +265,9 @@ type runner struct {
 	n       *normalize.Normalizer
 	opts    Options
 	mover   *mover
+	// checkSQL selects the stale locks of a range: checkBatchSQL, or
+	// checkOpenSQL once a complete run checked them all.
+	checkSQL string
 
 	mu       sync.Mutex
 	report   Report
@@ -258,18 +275,33 @@ type runner struct {
 	found    []Problem // problems recorded by this run (for resolve)
 }
 
-// checkBatchSQL takes FOR UPDATE on the next stale locks of one id range:
-// $1 the rules version, ids after $2 and before $3 (NULL: no bound), at
-// most $4, in id order. FOR UPDATE waits for every acquirer holding FOR KEY
-// SHARE on one, and holds off the next ones, so that no reference to them
-// is written until the batch commits.
+// checkBatchSQL reads the next stale locks of one id range: $1 the rules
+// version, ids after $2 and before $3 (NULL: no bound), at most $4, in id
+// order. It takes no row locks and the pass writes nothing: a lock whose
+// references all keep their key is left as it is (see checked_version in
+// migration 000017), so the first run after a version change reads every
+// lock but rewrites only the ones that move. Reading without locks is
+// safe: the only references written to a lock meanwhile are those of
+// claims keyed under the run's rules (older replicas are refused by the
+// guard from the registration on), and a claim joins only a lock on its
+// own key (internal/locks), which is the reference's key under these rules.
 const checkBatchSQL = `
 SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
 FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
 WHERE o.normalizer_version < $1 AND o.id > $2::uuid AND ($3::uuid IS NULL OR o.id < $3::uuid)
 ORDER BY o.id
-LIMIT $4
-FOR UPDATE OF o`
+LIMIT $4`
+
+// checkOpenSQL is checkBatchSQL once a complete run has checked every lock
+// under these rules (normalizer_state.checked_version): the stale locks are
+// then those of the open conflicts and rejections only.
+const checkOpenSQL = `
+SELECT o.id, o.git_repository_url, o.normalizer_version, o.normalizer_rules, o.cluster_user_id, u.name AS user_name
+FROM RepositoryLockOwner o JOIN cluster_users u ON u.id = o.cluster_user_id
+WHERE o.normalizer_version < $1 AND o.id > $2::uuid AND ($3::uuid IS NULL OR o.id < $3::uuid)
+  AND o.id IN (SELECT c.lock_id FROM rekey_conflicts c WHERE c.resolved_at IS NULL)
+ORDER BY o.id
+LIMIT $4`
 
 // checkPass is the first pass, over every stale lock: the locks whose
 // references all keep their key under the new rules (nearly all of them
@@ -318,30 +350,27 @@ func (r *runner) checkRange(ctx context.Context, lo, hi string) error {
 	for {
 		var (
 			srcs      []source
-			unchanged []string
+			unchanged int
 		)
 		err := r.db.WithTx(ctx, func(tx database.Tx) error {
 			if err := r.locks.GuardRules(ctx, tx, r.keying.Generation); err != nil {
 				return err
 			}
 			var ls []locks.Stale
-			if err := tx.SelectContext(ctx, &ls, checkBatchSQL, version, after, upper, r.opts.BatchSize); err != nil {
+			if err := tx.SelectContext(ctx, &ls, r.checkSQL, version, after, upper, r.opts.BatchSize); err != nil {
 				return database.MapError(err)
 			}
 			var err error
 			if srcs, err = withRefs(ctx, tx, ls); err != nil {
 				return err
 			}
-			unchanged = unchanged[:0]
+			unchanged = 0
 			for _, src := range srcs {
 				if len(src.refs) > 0 && !r.mover.mayMove(src) {
-					unchanged = append(unchanged, src.ID)
+					unchanged++
 				}
 			}
-			if r.opts.DryRun {
-				return nil
-			}
-			return r.locks.MarkCurrentMany(ctx, tx, version, unchanged)
+			return nil
 		})
 		if err != nil {
 			return err
@@ -353,7 +382,7 @@ func (r *runner) checkRange(ctx context.Context, lo, hi string) error {
 		r.mu.Lock()
 		r.report.Batches++
 		r.report.StaleLocks += len(srcs)
-		r.report.Rekeyed += len(unchanged)
+		r.report.Rekeyed += unchanged
 		for _, src := range srcs {
 			switch {
 			case len(src.refs) == 0:
@@ -366,9 +395,6 @@ func (r *runner) checkRange(ctx context.Context, lo, hi string) error {
 			r.opts.Progress(r.report) // one call at a time: under mu
 		}
 		r.mu.Unlock()
-		if !r.opts.DryRun {
-			r.metrics.rekeyed.WithLabelValues("version").Add(float64(len(unchanged)))
-		}
 	}
 }
 
@@ -542,6 +568,22 @@ func (r *runner) record(ctx context.Context, ps []Problem) error {
 		}
 	}
 	return nil
+}
+
+// markChecked records that this complete run checked every stale lock under
+// its rules version (normalizer_state.checked_version): from then on the
+// stale locks are the open conflicts' (checkOpenSQL), and claims check the
+// older versions' keys of those only (LoadKeying). It holds off rules
+// changes while it does, and records nothing when the rules changed since
+// the run loaded them (the next run checks again).
+func (r *runner) markChecked(ctx context.Context) error {
+	return r.db.WithTx(ctx, func(tx database.Tx) error {
+		if err := r.locks.GuardRules(ctx, tx, r.keying.Generation); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE normalizer_state SET checked_version = $1 WHERE checked_version < $1`, r.n.Version())
+		return database.MapError(err)
+	})
 }
 
 // resolve closes the open rows this complete run no longer found.

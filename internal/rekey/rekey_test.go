@@ -131,14 +131,14 @@ var wantV2 = state{
 		"alice p.example/o/te%2573t v3",
 		"carol y.example/o/test v2",
 		"dave y-ssh.example/o/test v2",
-		"erin e.example/o/r v3",
+		"erin e.example/o/r v2", // checked, unchanged: not rewritten
 		"erin s.example/o/te%2573t v3",
 		"erin s.example/o/test v3",
 		"frank f.example/o/te%2573t v3",
 		"gina g.example/o/test v2",
 		"hank g.example/o/te%2573t v3",
 		"hank u.example/o/r v2",
-		"ivan k.example/o/te%2573t v3",
+		"ivan k.example/o/te%2573t v2",
 		"judy k.example/o/test v2",
 	},
 	Refs: []string{
@@ -197,9 +197,9 @@ func TestRekeyVersion2Database(t *testing.T) {
 	if got := snapshot(t, db); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Fatalf("dry run changed rows:\n%v\n%v", before, got)
 	}
-	var maxVersion int
-	if err := db.GetContext(ctx, &maxVersion, `SELECT max_version FROM normalizer_state`); err != nil || maxVersion != 0 {
-		t.Fatalf("a dry run registered its version: %d, %v", maxVersion, err)
+	var maxVersion, checked int
+	if err := db.QueryRowContext(ctx, `SELECT max_version, checked_version FROM normalizer_state`).Scan(&maxVersion, &checked); err != nil || maxVersion != 0 || checked != 0 {
+		t.Fatalf("a dry run registered its version or marked the locks checked: %d, %d, %v", maxVersion, checked, err)
 	}
 
 	rep, err := rs.Run(ctx, keying(t, db), rekey.Options{BatchSize: 2})
@@ -233,7 +233,13 @@ func TestRekeyVersion2Database(t *testing.T) {
 		FROM report_normalizer_versions ORDER BY 1`); err != nil {
 		t.Fatal(err)
 	}
-	diff(t, "report_normalizer_versions", versions, []string{"2/ 6", "3/ 7"})
+	diff(t, "report_normalizer_versions", versions, []string{"2/ 8", "3/ 5"})
+	// The run checked every lock: the ones left stale are the open
+	// conflicts' (so a second run reads only those), and claims check the
+	// keys of version 2 for those only.
+	if err := db.GetContext(ctx, &checked, `SELECT checked_version FROM normalizer_state`); err != nil || checked != 3 {
+		t.Fatalf("checked_version after a complete run: %d, %v; want 3", checked, err)
+	}
 
 	// A second run moves nothing and writes nothing; the conflicts stay
 	// reported.
@@ -241,7 +247,7 @@ func TestRekeyVersion2Database(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := countsOf(again); got != (runCounts{stale: 6, unref: 1, conflicts: 4, rejected: 1}) {
+	if got := countsOf(again); got != (runCounts{stale: 5, conflicts: 4, rejected: 1}) {
 		t.Errorf("second run counts = %+v", got)
 	}
 	if got := snapshot(t, db); fmt.Sprint(got) != fmt.Sprint(after) {
@@ -258,10 +264,34 @@ func TestRekeyVersion2Database(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := countsOf(third); got != (runCounts{stale: 6, rekeyed: 1, moved: 1, unref: 2, conflicts: 2, rejected: 1}) {
+	if got := countsOf(third); got != (runCounts{stale: 5, rekeyed: 1, moved: 1, unref: 1, conflicts: 2, rejected: 1}) {
 		t.Errorf("third run counts = %+v", got)
 	}
 	diff(t, "open conflicts after resolving", snapshot(t, db).Conflicts, wantV2.Conflicts[2:])
+	if k := keying(t, db); len(k.Shadows) != 1 || k.Shadows[0].Version() != 2 {
+		t.Fatalf("shadows with conflicts open: %d, want version 2's", len(k.Shadows))
+	}
+
+	// Once no conflict is open, claims check no older keys: every lock of
+	// version 2 left was checked, and its key is its references' key under
+	// version 3 (so another tenant's claim of erin's URL is still denied).
+	if _, err := db.ExecContext(ctx, `DELETE FROM applications WHERE name IN ('g1', 'j1', 'az')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.Run(ctx, keying(t, db), rekey.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	k := keying(t, db)
+	if len(k.Shadows) != 0 || len(k.Unchecked) != 0 {
+		t.Fatalf("shadows after every conflict closed: %d (unchecked %v), want none", len(k.Shadows), k.Unchecked)
+	}
+	mallory := dbtest.NewTenant(t, db, "mallory")
+	// svc's locks key under the built-in rules with no shadows: what the
+	// loaded keying is now.
+	acq, err := svc(db).locks.Acquire(ctx, mallory.ID, "git@e.example:o/r")
+	if err != nil || acq.Acquired || acq.Owner != "erin" {
+		t.Fatalf("mallory's claim of erin's checked v2 lock: %+v, %v; want denied by erin", acq, err)
+	}
 }
 
 // TestRekeyResumes stops a run after its first batch (its context ends):
@@ -281,12 +311,15 @@ func TestRekeyResumes(t *testing.T) {
 	if err == nil || batches != 1 {
 		t.Fatalf("stopped run: %d batches, %+v, %v", batches, rep, err)
 	}
+	var checked int
+	if err := db.GetContext(t.Context(), &checked, `SELECT checked_version FROM normalizer_state`); err != nil || checked != 0 {
+		t.Fatalf("checked_version after a stopped run: %d, %v; want 0 (it did not check every lock)", checked, err)
+	}
 	var moved int
 	if err := db.GetContext(t.Context(), &moved, `SELECT count(*) FROM RepositoryLockOwner WHERE normalizer_version = 3`); err != nil {
 		t.Fatal(err)
 	}
-	if moved >= 7 { // 7 once complete
-
+	if moved >= 5 { // 5 once complete
 		t.Fatalf("%d locks of version 3 after the stopped run: it did not stop", moved)
 	}
 	if _, err := rs.Run(t.Context(), keying(t, db), rekey.Options{BatchSize: 2}); err != nil {

@@ -112,6 +112,15 @@ WITH RECURSIVE v AS (
 )
 SELECT normalizer_version FROM v WHERE normalizer_version IS NOT NULL`
 
+// openVersionsSQL lists the distinct rules versions of the locks of open
+// re-keying conflicts: the stale locks once a complete run has checked
+// every lock under the current version (checked_version).
+const openVersionsSQL = `
+SELECT DISTINCT o.normalizer_version
+FROM rekey_conflicts c JOIN RepositoryLockOwner o ON o.id = c.lock_id
+WHERE c.resolved_at IS NULL
+ORDER BY 1`
+
 // LoadKeying reads the stored rules in one snapshot: the aliases, the
 // generation, the newest version that has served and the versions of the
 // stored locks. The Keying keys under this binary's rules version with the
@@ -132,19 +141,24 @@ func loadKeying(ctx context.Context, db *database.DB, current int, next func(*no
 		state struct {
 			Generation int64 `db:"generation"`
 			MaxVersion int   `db:"max_version"`
+			Checked    int   `db:"checked_version"`
 		}
 		versions []int
+		open     []int // the versions of the open conflicts' locks
 	)
 	err := db.Transact(ctx, database.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}, func(tx database.Tx) error {
 		var err error
 		if as, err = listAliases(ctx, tx); err != nil {
 			return err
 		}
-		if err := tx.GetContext(ctx, &state, `SELECT generation, max_version FROM normalizer_state`); err != nil {
+		if err := tx.GetContext(ctx, &state, `SELECT generation, max_version, checked_version FROM normalizer_state`); err != nil {
 			return database.MapError(err)
 		}
-		versions = versions[:0]
-		return database.MapError(tx.SelectContext(ctx, &versions, storedVersionsSQL))
+		versions, open = versions[:0], open[:0]
+		if err := tx.SelectContext(ctx, &versions, storedVersionsSQL); err != nil {
+			return database.MapError(err)
+		}
+		return database.MapError(tx.SelectContext(ctx, &open, openVersionsSQL))
 	})
 	if err != nil {
 		return nil, err
@@ -162,6 +176,11 @@ func loadKeying(ctx context.Context, db *database.DB, current int, next func(*no
 		k.Current = next(base)
 	}
 	k.Generation = state.Generation
+	if state.Checked >= k.Current.Version() {
+		// A complete run checked every lock under these rules: the locks
+		// of older versions still stale are those of open conflicts.
+		versions = open
+	}
 	for _, v := range versions {
 		if v >= k.Current.Version() {
 			continue
