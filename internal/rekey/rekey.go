@@ -131,15 +131,24 @@ type ref struct {
 	LockID  string `db:"lock_id"`
 }
 
-// refsSQL returns the references of the locks $1, both kinds.
+// refsSQL returns the references of the locks $1, both kinds. It looks
+// them up lock by lock (a lateral subquery: two index probes and a primary
+// key probe each), whatever the size of the tables: as a plain join of
+// thousands of lock ids, the planner hashed the whole applications table
+// at 10M locks, and a run spent most of its time there.
 const refsSQL = `
-SELECT 'application' AS kind, a.id, a.repo_url, r.lock_id
-FROM RepositoryLockApplication r JOIN applications a ON a.id = r.application_id
-WHERE r.lock_id = ANY($1::uuid[])
-UNION ALL
-SELECT 'credential', c.id, c.repo_url, r.lock_id
-FROM RepositoryLockRepositoryCredential r JOIN repository_credentials c ON c.id = r.repository_credential_id
-WHERE r.lock_id = ANY($1::uuid[])
+SELECT x.kind, x.id, x.repo_url, l.id AS lock_id
+FROM unnest($1::uuid[]) AS l(id)
+CROSS JOIN LATERAL (
+	SELECT 'application' AS kind, a.id, a.repo_url
+	FROM RepositoryLockApplication r JOIN applications a ON a.id = r.application_id
+	WHERE r.lock_id = l.id
+	UNION ALL
+	SELECT 'credential', c.id, c.repo_url
+	FROM RepositoryLockRepositoryCredential r JOIN repository_credentials c ON c.id = r.repository_credential_id
+	WHERE r.lock_id = l.id
+	OFFSET 0
+) x
 ORDER BY 1, 2`
 
 // claim is a stale lock's reference re-keying to a new key (plan).
