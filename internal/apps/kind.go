@@ -134,7 +134,7 @@ const (
 	RETURNING ` + rowColumns + `, {lock}::text AS lock_id`
 	lockRowTemplate = `WITH ` + locks.HoldRulesCTE + `
 	SELECT id FROM {table} WHERE id = $1 AND cluster_user_id = $2 FOR UPDATE`
-	setRefTemplate  = `
+	setRefTemplate = `
 	INSERT INTO {refTable} ({refColumn}, lock_id) VALUES ($1, $2)
 	ON CONFLICT ({refColumn}) DO UPDATE SET lock_id = EXCLUDED.lock_id`
 	deleteTemplate = `
