@@ -24,6 +24,7 @@ const (
 	ERepositoryClaimed   Code = "repository_claimed"     // 409
 	EAliasConflict       Code = "alias_conflict"         // 409: an alias change would give a repository two owners
 	EGone                Code = "repository_deleting"    // 410
+	ECursorExpired       Code = "cursor_expired"         // 410: a watch cursor older than the event retention
 	EPrecondition        Code = "precondition_failed"    // 412
 	EPayloadTooLarge     Code = "payload_too_large"      // 413
 	EUnsupportedMedia    Code = "unsupported_media_type" // 415

@@ -29,6 +29,7 @@ var statusByCode = map[repolock.Code]int{
 	repolock.ERepositoryClaimed: http.StatusConflict,
 	repolock.EAliasConflict:     http.StatusConflict,
 	repolock.EGone:              http.StatusGone,
+	repolock.ECursorExpired:     http.StatusGone,
 	repolock.EPrecondition:      http.StatusPreconditionFailed,
 	repolock.EPayloadTooLarge:   http.StatusRequestEntityTooLarge,
 	repolock.EUnsupportedMedia:  http.StatusUnsupportedMediaType,
