@@ -43,6 +43,7 @@ func (s *Server) routes() {
 	s.registerReportRoutes()
 	s.registerSyncRoutes()
 	s.registerRekeyRoutes()
+	s.registerEventRoutes()
 	s.registerOpenAPIRoutes()
 }
 
