@@ -36,6 +36,7 @@ var operationMethods = map[string][]string{
 	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"},
 	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
 	"deleteAlias": {"DeleteAlias", "PlanDeleteAlias"},
+	"watchEvents": {"Events", "Watch"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client
