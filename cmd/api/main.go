@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
 	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},
 	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
+	"events":    {"print lock events in the watch's order; --follow tails them", runEvents},
 }
 
 // env is what commands share: the streams and the environment, so tests

@@ -21,6 +21,7 @@ import (
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/watch"
 )
 
 // api serve, in three steps that read top to bottom:
@@ -93,6 +94,17 @@ type serveConfig struct {
 	// Retention of lock events and GC runs, enforced by every collection
 	// (scheduled, API, console); a negative duration keeps rows forever.
 	Retention gc.Retention
+	// Events configures the watch (GET /v1/events, internal/watch).
+	Events eventsConfig
+}
+
+// eventsConfig is the watch's settings: the heartbeat of idle streams,
+// how often a replica polls while its LISTEN connection is down, and each
+// tenant's cap on concurrent watchers per replica.
+type eventsConfig struct {
+	Heartbeat         time.Duration
+	PollInterval      time.Duration
+	WatchersPerTenant int
 }
 
 // readServeConfig reads serve's flags and environment and checks them. An
@@ -113,6 +125,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		rateBurst       = fs.Int("rate-burst", fs.envInt("RATE_BURST", httpapi.DefaultRateBurst), fmt.Sprintf("requests a tenant may send at once above the rate; 0 means the default, %d [RATE_BURST]", httpapi.DefaultRateBurst))
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
+		eventsHeartbeat = fs.Duration("events-heartbeat", fs.envDuration("EVENTS_HEARTBEAT", httpapi.DefaultEventsHeartbeat), "how often an idle event stream (GET /v1/events) gets a heartbeat; must be positive [EVENTS_HEARTBEAT]")
+		eventsPoll      = fs.Duration("events-poll-interval", fs.envDuration("EVENTS_POLL_INTERVAL", watch.DefaultPollInterval), "how often the watch reads new events while its LISTEN connection is down; must be positive [EVENTS_POLL_INTERVAL]")
+		watchers        = fs.Int("watchers-per-tenant", fs.envInt("WATCHERS_PER_TENANT", watch.DefaultMaxWatchersPerTenant), "concurrent watchers (GET /v1/events) a tenant may hold on this replica; must be positive [WATCHERS_PER_TENANT]")
 		gcLoop          gcLoopFlags
 		pool            poolFlags
 	)
@@ -136,6 +151,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateLimit:          max(*rateLimit, 0), // a negative rate was always off too
 		RateBurst:          *rateBurst,
 		AliasRefresh:       *aliasRefresh,
+		Events:             eventsConfig{Heartbeat: *eventsHeartbeat, PollInterval: *eventsPoll, WatchersPerTenant: *watchers},
 		PreparedStatements: common.db.prepared,
 		// Secrets come from the environment after parsing, never as flag
 		// defaults (--help would print them).
@@ -164,6 +180,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	if cfg.AliasRefresh <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
+	if cfg.Events.Heartbeat <= 0 || cfg.Events.PollInterval <= 0 || cfg.Events.WatchersPerTenant <= 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--events-heartbeat, --events-poll-interval and --watchers-per-tenant must be positive")}
+	}
 	return cfg, nil
 }
 
@@ -186,6 +205,9 @@ type server struct {
 	collector    *gc.Collector
 	repositories *repostate.Service
 	sync         *syncstate.Store
+	// watch is the process's one watch: its LISTEN connection and event
+	// buffer serve every GET /v1/events.
+	watch *watch.Service
 
 	http  *httpapi.Server
 	ready *readiness
@@ -245,6 +267,14 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	}
 	s.repositories = repostate.NewPostgres(s.db, repostate.Config{Logger: logger})
 	s.sync = syncstate.New(s.db, syncstate.Options{Logger: logger})
+	// The watch holds one LISTEN session, like the token listener.
+	eventRetention := cfg.Retention.Events
+	if eventRetention == 0 {
+		eventRetention = gc.DefaultEventRetention
+	}
+	s.watch = watch.New(s.db, watch.Config{Retention: eventRetention, ListenURL: listenURL, PollInterval: cfg.Events.PollInterval,
+		MaxWatchersPerTenant: cfg.Events.WatchersPerTenant, Logger: logger})
+	s.onClose(s.watch.Close)
 
 	// The HTTP server: the API, and the operator console under /ui/
 	// (docs/console.md).
@@ -255,23 +285,25 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 			"admin_token", adminToken)
 	}
 	s.http, err = httpapi.New(httpapi.Config{
-		DB:             s.db,
-		Logger:         logger,
-		AdminToken:     adminToken,
-		RequestTimeout: cfg.RequestTimeout,
-		RateLimit:      cfg.RateLimit,
-		RateBurst:      cfg.RateBurst,
-		Registry:       reg,
-		Repositories:   s.repositories,
-		Sync:           s.sync,
-		GC:             s.collector,
-		Tenants:        s.svc.tenants,
-		Locks:          s.svc.locks,
-		Apps:           s.svc.apps,
-		Rekey:          s.svc.rekey,
-		Aliases:        s.svc.aliases,
-		Reports:        s.svc.reports,
-		Ready:          s.ready.get,
+		DB:              s.db,
+		Logger:          logger,
+		AdminToken:      adminToken,
+		RequestTimeout:  cfg.RequestTimeout,
+		RateLimit:       cfg.RateLimit,
+		RateBurst:       cfg.RateBurst,
+		Registry:        reg,
+		Repositories:    s.repositories,
+		Sync:            s.sync,
+		GC:              s.collector,
+		Tenants:         s.svc.tenants,
+		Locks:           s.svc.locks,
+		Apps:            s.svc.apps,
+		Rekey:           s.svc.rekey,
+		Aliases:         s.svc.aliases,
+		Reports:         s.svc.reports,
+		Watch:           s.watch,
+		EventsHeartbeat: cfg.Events.Heartbeat,
+		Ready:           s.ready.get,
 	})
 	if err != nil {
 		return nil, err
@@ -305,6 +337,7 @@ func (s *server) run(ctx context.Context) error {
 	aliasCtx, stopAliases := context.WithCancel(ctx)
 	defer stopAliases()
 	go s.svc.aliases.Run(aliasCtx, s.cfg.AliasRefresh)
+	s.watch.Start(aliasCtx) // reads fail (and are retried) until startup is done
 	stopGC := startGCLoop(ctx, s.collector, s.cfg.GC, s.logger)
 	defer stopGC()
 	stopDebug, err := serveDebug(s.cfg.DebugListen, s.logger)
