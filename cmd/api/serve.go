@@ -103,6 +103,7 @@ type serveConfig struct {
 // tenant's cap on concurrent watchers per replica.
 type eventsConfig struct {
 	Heartbeat         time.Duration
+	WriteTimeout      time.Duration
 	PollInterval      time.Duration
 	WatchersPerTenant int
 }
@@ -126,6 +127,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 		eventsHeartbeat = fs.Duration("events-heartbeat", fs.envDuration("EVENTS_HEARTBEAT", httpapi.DefaultEventsHeartbeat), "how often an idle event stream (GET /v1/events) gets a heartbeat; must be positive [EVENTS_HEARTBEAT]")
+		eventsWrite     = fs.Duration("events-write-timeout", fs.envDuration("EVENTS_WRITE_TIMEOUT", httpapi.DefaultEventsWriteTimeout), "how long a write to an event stream may block before the slow client is disconnected; must be positive [EVENTS_WRITE_TIMEOUT]")
 		eventsPoll      = fs.Duration("events-poll-interval", fs.envDuration("EVENTS_POLL_INTERVAL", watch.DefaultPollInterval), "how often the watch reads new events while its LISTEN connection is down; must be positive [EVENTS_POLL_INTERVAL]")
 		watchers        = fs.Int("watchers-per-tenant", fs.envInt("WATCHERS_PER_TENANT", watch.DefaultMaxWatchersPerTenant), "concurrent watchers (GET /v1/events) a tenant may hold on this replica; must be positive [WATCHERS_PER_TENANT]")
 		gcLoop          gcLoopFlags
@@ -151,7 +153,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateLimit:          max(*rateLimit, 0), // a negative rate was always off too
 		RateBurst:          *rateBurst,
 		AliasRefresh:       *aliasRefresh,
-		Events:             eventsConfig{Heartbeat: *eventsHeartbeat, PollInterval: *eventsPoll, WatchersPerTenant: *watchers},
+		Events:             eventsConfig{Heartbeat: *eventsHeartbeat, WriteTimeout: *eventsWrite, PollInterval: *eventsPoll, WatchersPerTenant: *watchers},
 		PreparedStatements: common.db.prepared,
 		// Secrets come from the environment after parsing, never as flag
 		// defaults (--help would print them).
@@ -180,8 +182,8 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	if cfg.AliasRefresh <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
-	if cfg.Events.Heartbeat <= 0 || cfg.Events.PollInterval <= 0 || cfg.Events.WatchersPerTenant <= 0 {
-		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--events-heartbeat, --events-poll-interval and --watchers-per-tenant must be positive")}
+	if cfg.Events.Heartbeat <= 0 || cfg.Events.WriteTimeout <= 0 || cfg.Events.PollInterval <= 0 || cfg.Events.WatchersPerTenant <= 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--events-heartbeat, --events-write-timeout, --events-poll-interval and --watchers-per-tenant must be positive")}
 	}
 	return cfg, nil
 }
@@ -285,25 +287,26 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 			"admin_token", adminToken)
 	}
 	s.http, err = httpapi.New(httpapi.Config{
-		DB:              s.db,
-		Logger:          logger,
-		AdminToken:      adminToken,
-		RequestTimeout:  cfg.RequestTimeout,
-		RateLimit:       cfg.RateLimit,
-		RateBurst:       cfg.RateBurst,
-		Registry:        reg,
-		Repositories:    s.repositories,
-		Sync:            s.sync,
-		GC:              s.collector,
-		Tenants:         s.svc.tenants,
-		Locks:           s.svc.locks,
-		Apps:            s.svc.apps,
-		Rekey:           s.svc.rekey,
-		Aliases:         s.svc.aliases,
-		Reports:         s.svc.reports,
-		Watch:           s.watch,
-		EventsHeartbeat: cfg.Events.Heartbeat,
-		Ready:           s.ready.get,
+		DB:                 s.db,
+		Logger:             logger,
+		AdminToken:         adminToken,
+		RequestTimeout:     cfg.RequestTimeout,
+		RateLimit:          cfg.RateLimit,
+		RateBurst:          cfg.RateBurst,
+		Registry:           reg,
+		Repositories:       s.repositories,
+		Sync:               s.sync,
+		GC:                 s.collector,
+		Tenants:            s.svc.tenants,
+		Locks:              s.svc.locks,
+		Apps:               s.svc.apps,
+		Rekey:              s.svc.rekey,
+		Aliases:            s.svc.aliases,
+		Reports:            s.svc.reports,
+		Watch:              s.watch,
+		EventsHeartbeat:    cfg.Events.Heartbeat,
+		EventsWriteTimeout: cfg.Events.WriteTimeout,
+		Ready:              s.ready.get,
 	})
 	if err != nil {
 		return nil, err

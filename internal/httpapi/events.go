@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,19 +147,30 @@ func (s *Server) pollEvents(c echo.Context, sc watch.Scope, after string, kinds 
 // that does not read within EventsWriteTimeout is disconnected (the slow
 // consumer), without holding anything the other watchers need.
 type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	timeout   time.Duration
+	log       *slog.Logger
+	requestID string
 }
 
 func (w *sseWriter) write(format string, args ...any) error {
 	if err := w.rc.SetWriteDeadline(time.Now().Add(w.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
+		return w.gone(err)
 	}
 	if _, err := fmt.Fprintf(w.w, format, args...); err != nil {
-		return err
+		return w.gone(err)
 	}
-	return w.rc.Flush()
+	if err := w.rc.Flush(); err != nil {
+		return w.gone(err)
+	}
+	return nil
+}
+
+// gone logs the end of a stream whose client stopped reading or left.
+func (w *sseWriter) gone(err error) error {
+	w.log.Info("events stream: the client is gone or too slow; disconnected", "error", err.Error(), "request_id", w.requestID)
+	return err
 }
 
 // streamEvents serves the Server-Sent Events stream: first a bookmark with
@@ -184,7 +196,7 @@ func (s *Server) streamEvents(c echo.Context, sc watch.Scope, after string, kind
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
-	w := &sseWriter{w: res, rc: http.NewResponseController(res), timeout: s.cfg.EventsWriteTimeout}
+	w := &sseWriter{w: res, rc: http.NewResponseController(res), timeout: s.cfg.EventsWriteTimeout, log: s.Logger, requestID: requestID(c)}
 	// No read deadline on a stream: net/http would cancel the request when
 	// the server's ReadTimeout passes. Each write has its own deadline.
 	_ = w.rc.SetReadDeadline(time.Time{})

@@ -301,16 +301,20 @@ func ValidateKinds(kinds []string) error {
 }
 
 // readSQL reads, with one snapshot, the horizon h (the snapshot's xmin),
-// the database time, whether committed events at or above h are held back,
+// the database time, whether committed events at or above h are held back
+// (the newest xid is at or above h: one probe of the index's end),
 // and at most $5 events after ($1, $2) and below h, of the tenant $3 (NULL:
 // every tenant) and kinds $4 (empty: all), in order. Served by
 // repository_lock_events_watch_idx.
 const readSQL = `
-WITH h AS MATERIALIZED (
+WITH s AS MATERIALIZED (
 	SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon, now() AS at
+), h AS MATERIALIZED (
+	SELECT s.horizon, s.at, COALESCE((
+		SELECT max(w.xid) FROM repository_lock_events w WHERE w.xid IS NOT NULL
+	) >= s.horizon, false) AS held FROM s
 )
-SELECT h.horizon::text AS horizon, h.at,
-	EXISTS (SELECT 1 FROM repository_lock_events w WHERE w.xid IS NOT NULL AND w.xid >= h.horizon) AS held,
+SELECT h.horizon::text AS horizon, h.at, h.held,
 	e.id, e.xid::text AS xid, e.event, e.lock_id::text AS lock_id, e.git_repository_url,
 	e.cluster_user_id::text AS actor_id, e.cluster_user_name, e.owner_user_id::text AS owner_id, e.owner_user_name,
 	e.rekeyed_from, e.count, e.created_at
