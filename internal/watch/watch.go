@@ -34,11 +34,24 @@
 // page together with the next cursor never skips an event that a later
 // read could find; by (2) no later read returns an event at or before that
 // cursor, so pages concatenate without a gap or a duplicate. The price is
-// latency, never loss: an event is held back while any older transaction on
-// the server is still running (a long transaction anywhere on the Postgres
-// server delays the stream until it ends). TestOutOfOrderCommit forces the
-// out-of-order commit above, TestRandomInterleavings checks the
-// concatenation property on random interleavings.
+// latency, never loss: an event is held back while an older transaction
+// that may write events is still running.
+//
+// h need not be the snapshot's xmin itself, which counts the transactions
+// of every database of the server: any h works for which (1) and (2) hold
+// for the transactions that can write this table. When committed events
+// are held back by xmin, the read refines h to the least xid running at S
+// that is not positively known to run in another database (pg_locks and
+// pg_stat_activity name the backend holding the xid and its database); a
+// transaction of another database writes no row here, so (1) and (2) still
+// hold, and a long transaction of another database sharing the server does
+// not delay this one's stream. (A long transaction of this database that
+// has an xid does, until it ends.)
+//
+// TestOutOfOrderCommit forces the out-of-order commit above,
+// TestOtherDatabaseDoesNotHoldBack the refinement, and
+// TestRandomInterleavings checks the concatenation property on random
+// interleavings.
 //
 // Rows written before migration 000015 have no xid; they are older than any
 // cursor this package ever issues (a first cursor is always a bookmark at
@@ -300,21 +313,39 @@ func ValidateKinds(kinds []string) error {
 	return nil
 }
 
-// readSQL reads, with one snapshot, the horizon h (the snapshot's xmin),
-// the database time, whether committed events at or above h are held back
-// (the newest xid is at or above h: one probe of the index's end),
-// and at most $5 events after ($1, $2) and below h, of the tenant $3 (NULL:
-// every tenant) and kinds $4 (empty: all), in order. Served by
+// readSQL reads, with one snapshot S, the horizon h, the database time,
+// whether committed events at or above h are held back, and at most $5
+// events after ($1, $2) and below h, of the tenant $3 (NULL: every tenant)
+// and kinds $4 (empty: all), in order. Served by
 // repository_lock_events_watch_idx.
+//
+// The horizon is S's xmin when no committed event is at or above it (the
+// common case: one probe of the index's end). Otherwise it is refined: the
+// least xid running at S (pg_snapshot_xip) that is not known to belong to
+// a backend of another database (pg_locks: the backend holding the xid's
+// own lock; pg_stat_activity: that backend's database), or S's xmax. A
+// transaction of another database never writes this table, so it cannot
+// hold back this database's events; an xid whose backend is not found
+// (finished since S, a prepared transaction) keeps counting.
 const readSQL = `
 WITH s AS MATERIALIZED (
-	SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon, now() AS at
+	SELECT pg_current_snapshot() AS snap, now() AS at
+), g AS MATERIALIZED (
+	SELECT s.snap, s.at, pg_snapshot_xmin(s.snap) AS xmin,
+		(SELECT max(w.xid) FROM repository_lock_events w WHERE w.xid IS NOT NULL) AS newest
+	FROM s
 ), h AS MATERIALIZED (
-	SELECT s.horizon, s.at, COALESCE((
-		SELECT max(w.xid) FROM repository_lock_events w WHERE w.xid IS NOT NULL
-	) >= s.horizon, false) AS held FROM s
+	SELECT g.at, g.newest, CASE WHEN g.newest IS NULL OR g.newest < g.xmin THEN g.xmin ELSE (
+		SELECT COALESCE(min(x.xid), pg_snapshot_xmax(g.snap))
+		FROM pg_snapshot_xip(g.snap) AS x(xid)
+		WHERE NOT EXISTS (
+			SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'transactionid' AND l.transactionid = x.xid::xid AND l.granted
+				AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))
+	) END AS horizon
+	FROM g
 )
-SELECT h.horizon::text AS horizon, h.at, h.held,
+SELECT h.horizon::text AS horizon, h.at, COALESCE(h.newest >= h.horizon, false) AS held,
 	e.id, e.xid::text AS xid, e.event, e.lock_id::text AS lock_id, e.git_repository_url,
 	e.cluster_user_id::text AS actor_id, e.cluster_user_name, e.owner_user_id::text AS owner_id, e.owner_user_name,
 	e.rekeyed_from, e.count, e.created_at

@@ -423,3 +423,35 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestOtherDatabaseDoesNotHoldBack: a transaction with an xid that stays
+// open in another database of the server does not hold back this
+// database's events (a transaction of this database does:
+// TestOutOfOrderCommit).
+func TestOtherDatabaseDoesNotHoldBack(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	other := dbtest.New(t)
+	s := newService(db, "")
+	ctx := context.Background()
+	u := dbtest.NewTenant(t, db, "")
+	start, err := s.Head(ctx, watch.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := other.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes an xid and holds it
+		t.Fatal(err)
+	}
+	id := insertEvent(t, db, u.ID, "https://example.com/o/other")
+	// Only this test's open transaction (and those of tests running beside
+	// it) can hold the event back; drain waits out the others.
+	got, _ := drain(t, s, watch.Admin, start, 10, 1)
+	if !slices.Equal(got, []int64{id}) {
+		t.Fatalf("got %v, want [%d] while another database's transaction is open", got, id)
+	}
+}
