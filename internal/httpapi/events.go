@@ -187,7 +187,9 @@ func (s *Server) streamEvents(c echo.Context, sc watch.Scope, after string, kind
 			return err
 		}
 		after = head
-	} else if _, err := s.cfg.Watch.Read(ctx, sc, after, kinds, 1); err != nil {
+	}
+	cursor, err := s.cfg.Watch.Decode(sc, after)
+	if err != nil {
 		return err // a refused cursor is an HTTP error while nothing is sent
 	}
 	res := c.Response()
@@ -201,17 +203,20 @@ func (s *Server) streamEvents(c echo.Context, sc watch.Scope, after string, kind
 	// the server's ReadTimeout passes. Each write has its own deadline.
 	_ = w.rc.SetReadDeadline(time.Time{})
 
-	cursor, sent := after, after
-	if err := w.write("retry: 1000\nid: %s\nevent: bookmark\ndata: {\"cursor\":%q}\n\n", cursor, cursor); err != nil {
+	if err := w.write("retry: 1000\nid: %s\nevent: bookmark\ndata: {\"cursor\":%q}\n\n", after, after); err != nil {
 		return nil
 	}
+	// moved: the cursor advanced past what was last sent (an event's id
+	// or a bookmark): the next heartbeat sends a bookmark. The cursor is
+	// encoded only then.
+	moved := false
 	heartbeat := time.NewTicker(s.cfg.EventsHeartbeat)
 	defer heartbeat.Stop()
 	retry := time.NewTimer(0)
 	<-retry.C
 	for {
 		changed := s.cfg.Watch.Changed()
-		p, err := s.cfg.Watch.Read(ctx, sc, cursor, kinds, size)
+		events, next, err := s.cfg.Watch.Next(ctx, cursor, kinds, size)
 		if err != nil {
 			if code := repolock.ErrorCode(err); code == repolock.ECursorExpired || code == repolock.EInvalid {
 				b, _ := json.Marshal(errorBody(err))
@@ -224,20 +229,22 @@ func (s *Server) streamEvents(c echo.Context, sc watch.Scope, after string, kind
 			s.Logger.Warn("events stream: read failed; retrying", "error", err.Error())
 			changed = nil
 			retry.Reset(time.Second)
-		}
-		for _, e := range p.Events {
-			b, err := json.Marshal(e)
-			if err != nil {
-				return err
+		} else {
+			for _, e := range events {
+				b, err := json.Marshal(e)
+				if err != nil {
+					return err
+				}
+				if err := w.write("id: %s\nevent: %s\ndata: %s\n\n", e.Cursor, e.Kind, b); err != nil {
+					return nil
+				}
 			}
-			if err := w.write("id: %s\nevent: %s\ndata: %s\n\n", e.Cursor, e.Kind, b); err != nil {
-				return nil
+			moved = moved || next.Position() != cursor.Position()
+			if len(events) > 0 {
+				moved = next.Position() != events[len(events)-1].Position()
 			}
-			sent = e.Cursor
-		}
-		if err == nil {
-			cursor = p.Cursor
-			if len(p.Events) == size {
+			cursor = next
+			if len(events) == size {
 				continue // more pages are ready
 			}
 		}
@@ -245,11 +252,12 @@ func (s *Server) streamEvents(c echo.Context, sc watch.Scope, after string, kind
 		case <-changed:
 		case <-retry.C:
 		case <-heartbeat.C:
-			if cursor != sent {
-				if err := w.write("id: %s\nevent: bookmark\ndata: {\"cursor\":%q}\n\n", cursor, cursor); err != nil {
+			if moved {
+				id := cursor.String()
+				if err := w.write("id: %s\nevent: bookmark\ndata: {\"cursor\":%q}\n\n", id, id); err != nil {
 					return nil
 				}
-				sent = cursor
+				moved = false
 			}
 			if err := w.write(": heartbeat\n\n"); err != nil {
 				return nil

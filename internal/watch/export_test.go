@@ -7,5 +7,6 @@ func EncodeForTest(sc Scope, p Position, at time.Time) string { return encode(sc
 
 // DecodeForTest returns the position of a cursor of sc.
 func (s *Service) DecodeForTest(sc Scope, token string) (Position, error) {
-	return s.decode(sc, token, time.Now())
+	p, _, err := s.decode(sc, token, time.Now())
+	return p, err
 }

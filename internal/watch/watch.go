@@ -114,6 +114,7 @@ const (
 	DefaultPollInterval         = time.Second
 	DefaultBufferSize           = 10000
 	DefaultMaxWatchersPerTenant = 20
+	DefaultCoalesce             = 20 * time.Millisecond
 	// MaxPageSize caps one page.
 	MaxPageSize = 500
 )
@@ -210,6 +211,10 @@ type Config struct {
 	// MaxWatchersPerTenant caps a tenant's concurrent watchers on this
 	// process (0: DefaultMaxWatchersPerTenant). The admin has no cap.
 	MaxWatchersPerTenant int
+	// Coalesce is the least time between two reads of new events: the
+	// notifications that come meanwhile are served by one read, which
+	// wakes every watcher once (0: DefaultCoalesce).
+	Coalesce time.Duration
 	// Logger receives the listener's state changes. Required.
 	Logger *slog.Logger
 }
@@ -253,6 +258,9 @@ func New(db *database.DB, cfg Config) *Service {
 	if cfg.MaxWatchersPerTenant <= 0 {
 		cfg.MaxWatchersPerTenant = DefaultMaxWatchersPerTenant
 	}
+	if cfg.Coalesce <= 0 {
+		cfg.Coalesce = DefaultCoalesce
+	}
 	return &Service{
 		db:       db,
 		cfg:      cfg,
@@ -288,19 +296,21 @@ func ExpiredError() error {
 	return repolock.Errorf(repolock.ECursorExpired, "the cursor is older than the event retention; list again and watch from a new cursor")
 }
 
-// decode returns the position of token for scope, or cursor_expired.
-func (s *Service) decode(sc Scope, token string, now time.Time) (Position, error) {
+// decode returns the position of token for scope and the time of the read
+// that produced it, or cursor_expired.
+func (s *Service) decode(sc Scope, token string, now time.Time) (Position, time.Time, error) {
 	if token == "" {
-		return Position{}, repolock.Errorf(repolock.EInvalid, "the cursor is empty")
+		return Position{}, time.Time{}, repolock.Errorf(repolock.EInvalid, "the cursor is empty")
 	}
 	c, _, err := pagetoken.Decode[cursor](pagetoken.KindEvents, sc.bind(), token)
 	if err != nil {
-		return Position{}, repolock.Errorf(repolock.EInvalid, "the cursor is not valid for this caller")
+		return Position{}, time.Time{}, repolock.Errorf(repolock.EInvalid, "the cursor is not valid for this caller")
 	}
-	if s.cfg.Retention > 0 && time.Unix(c.T, 0).Before(now.Add(-s.cfg.Retention)) {
-		return Position{}, ExpiredError()
+	at := time.Unix(c.T, 0)
+	if s.cfg.Retention > 0 && at.Before(now.Add(-s.cfg.Retention)) {
+		return Position{}, time.Time{}, ExpiredError()
 	}
-	return Position{X: c.X, I: c.I}, nil
+	return Position{X: c.X, I: c.I}, at, nil
 }
 
 // ValidateKinds checks a kinds filter (nil or empty: every kind).
@@ -464,47 +474,85 @@ func (s *Service) Head(ctx context.Context, sc Scope) (_ string, err error) {
 // older than the retention cursor_expired.
 func (s *Service) Read(ctx context.Context, sc Scope, after string, kinds []string, limit int) (_ Page, err error) {
 	defer repolock.WrapOp(&err, "watch.Read")
-	if limit < 1 || limit > MaxPageSize {
-		return Page{}, repolock.Errorf(repolock.EInvalid, "page_size must be between 1 and %d", MaxPageSize)
-	}
-	if err := ValidateKinds(kinds); err != nil {
-		return Page{}, err
-	}
 	if after == "" {
 		if after, err = s.Head(ctx, sc); err != nil {
 			return Page{}, err
 		}
 	}
-	pos, err := s.decode(sc, after, time.Now())
+	c, err := s.Decode(sc, after)
 	if err != nil {
 		return Page{}, err
 	}
-	if p, ok := s.memRead(sc, pos, kinds, limit); ok {
-		return p, nil
-	}
-	events, next, at, _, err := s.dbRead(ctx, sc, pos, kinds, limit)
+	events, next, err := s.Next(ctx, c, kinds, limit)
 	if err != nil {
 		return Page{}, err
 	}
-	return s.page(sc, events, next, at), nil
+	if events == nil {
+		events = []Event{}
+	}
+	return Page{Events: events, Cursor: next.String()}, nil
 }
 
-func (s *Service) page(sc Scope, events []Event, next Position, at time.Time) Page {
-	p := Page{Events: make([]Event, len(events)), Cursor: encode(sc, next, at)}
-	for i, e := range events {
-		e.Cursor = encode(sc, e.pos, e.at)
-		p.Events[i] = e
+// Cursor is a decoded cursor: a position of one caller's stream. A stream
+// keeps one between reads and encodes it (String) only when it sends it.
+type Cursor struct {
+	sc  Scope
+	pos Position
+	at  time.Time
+}
+
+// Position is the cursor's place in the order.
+func (c Cursor) Position() Position { return c.pos }
+
+// String is the opaque cursor.
+func (c Cursor) String() string { return encode(c.sc, c.pos, c.at) }
+
+// Decode checks a cursor of sc: invalid_argument when it is not one of
+// sc's, cursor_expired when it is older than the retention.
+func (s *Service) Decode(sc Scope, token string) (Cursor, error) {
+	pos, at, err := s.decode(sc, token, time.Now())
+	if err != nil {
+		return Cursor{}, err
 	}
-	return p
+	return Cursor{sc: sc, pos: pos, at: at}, nil
+}
+
+// Next returns the events after c (at most limit, of the given kinds, with
+// their cursors) and the cursor after them: from the buffer when it holds
+// every event after c, else from the database.
+func (s *Service) Next(ctx context.Context, c Cursor, kinds []string, limit int) (_ []Event, _ Cursor, err error) {
+	defer repolock.WrapOp(&err, "watch.Next")
+	if limit < 1 || limit > MaxPageSize {
+		return nil, Cursor{}, repolock.Errorf(repolock.EInvalid, "page_size must be between 1 and %d", MaxPageSize)
+	}
+	if err := ValidateKinds(kinds); err != nil {
+		return nil, Cursor{}, err
+	}
+	if events, next, at, ok := s.memRead(c.sc, c.pos, kinds, limit); ok {
+		return s.withCursors(c.sc, events), Cursor{sc: c.sc, pos: next, at: at}, nil
+	}
+	events, next, at, _, err := s.dbRead(ctx, c.sc, c.pos, kinds, limit)
+	if err != nil {
+		return nil, Cursor{}, err
+	}
+	return s.withCursors(c.sc, events), Cursor{sc: c.sc, pos: next, at: at}, nil
+}
+
+func (s *Service) withCursors(sc Scope, events []Event) []Event {
+	for i := range events {
+		events[i].Cursor = encode(sc, events[i].pos, events[i].at)
+	}
+	return events
 }
 
 // memRead serves a read from the buffer when the buffer holds every event
-// after pos (pos >= bufStart).
-func (s *Service) memRead(sc Scope, pos Position, kinds []string, limit int) (Page, bool) {
+// after pos (pos >= bufStart): the events, the next position and the time
+// of the read that settled it.
+func (s *Service) memRead(sc Scope, pos Position, kinds []string, limit int) ([]Event, Position, time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ready || pos.Less(s.bufStart) {
-		return Page{}, false
+		return nil, Position{}, time.Time{}, false
 	}
 	i, _ := slices.BinarySearchFunc(s.buf, pos, func(e Event, p Position) int {
 		switch {
@@ -528,7 +576,7 @@ func (s *Service) memRead(sc Scope, pos Position, kinds []string, limit int) (Pa
 			break
 		}
 	}
-	return s.page(sc, events, next, s.headAt), true
+	return events, next, s.headAt, true
 }
 
 // Changed returns a channel closed at the next advance of the stream (new
@@ -631,6 +679,7 @@ func (s *Service) poke() {
 func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 	defer close(s.stopped)
 	retry := time.Duration(0)
+	var last time.Time
 	for {
 		wait := s.cfg.PollInterval
 		if s.Listening() {
@@ -639,6 +688,32 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 		if retry > 0 && retry < wait {
 			wait = retry
 		}
+		// Coalesce: the notifications of the next Coalesce are served by
+		// the next read.
+		if d := s.cfg.Coalesce - time.Since(last); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-s.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		for drained := false; !drained; {
+			select {
+			case _, ok := <-notify:
+				if !ok {
+					notify = nil
+					drained = true
+				}
+			default:
+				drained = true
+			}
+		}
+		last = time.Now()
 		held, err := s.advance(ctx)
 		switch {
 		case err != nil:
