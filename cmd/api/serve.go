@@ -257,7 +257,26 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if cfg.MigrateURL != "" {
 		listenURL = cfg.MigrateURL
 	}
-	s.tokens = newTokenCache(cfg.TokenCache, listenURL, logger)
+	// The watch shares the token cache's LISTEN session when there is one
+	// (one session for both: Postgres sessions stay at the pool size + 1),
+	// else holds its own.
+	eventRetention := cfg.Retention.Events
+	if eventRetention == 0 {
+		eventRetention = gc.DefaultEventRetention
+	}
+	shared := cfg.TokenCache.Size != 0 && cfg.TokenCache.Listen
+	wcfg := watch.Config{Retention: eventRetention, PollInterval: cfg.Events.PollInterval,
+		MaxWatchersPerTenant: cfg.Events.WatchersPerTenant, Logger: logger, SharedListener: shared}
+	if !shared {
+		wcfg.ListenURL = listenURL
+	}
+	s.watch = watch.New(s.db, wcfg)
+	s.onClose(s.watch.Close)
+	var also *tenants.Subscriber
+	if shared {
+		also = &tenants.Subscriber{Channel: watch.NotifyChannel, Notify: s.watch.Notify, State: s.watch.SetListening}
+	}
+	s.tokens = newTokenCache(cfg.TokenCache, listenURL, also, logger)
 	if s.tokens != nil {
 		s.onClose(s.tokens.Close)
 	}
@@ -269,14 +288,6 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	}
 	s.repositories = repostate.NewPostgres(s.db, repostate.Config{Logger: logger})
 	s.sync = syncstate.New(s.db, syncstate.Options{Logger: logger})
-	// The watch holds one LISTEN session, like the token listener.
-	eventRetention := cfg.Retention.Events
-	if eventRetention == 0 {
-		eventRetention = gc.DefaultEventRetention
-	}
-	s.watch = watch.New(s.db, watch.Config{Retention: eventRetention, ListenURL: listenURL, PollInterval: cfg.Events.PollInterval,
-		MaxWatchersPerTenant: cfg.Events.WatchersPerTenant, Logger: logger})
-	s.onClose(s.watch.Close)
 
 	// The HTTP server: the API, and the operator console under /ui/
 	// (docs/console.md).

@@ -200,8 +200,13 @@ type Config struct {
 	// passes the GC's effective value).
 	Retention time.Duration
 	// ListenURL is the connection string of the LISTEN connection; empty:
-	// none, the service polls every PollInterval.
+	// none, the service polls every PollInterval, unless SharedListener.
 	ListenURL string
+	// SharedListener: another component's LISTEN connection listens on
+	// NotifyChannel for the service and calls Notify and SetListening
+	// (tenants.CacheConfig.Also: one session for both). ListenURL must
+	// be empty.
+	SharedListener bool
 	// PollInterval is how often the service reads while it has no LISTEN
 	// connection (0: DefaultPollInterval).
 	PollInterval time.Duration
@@ -248,6 +253,9 @@ func New(db *database.DB, cfg Config) *Service {
 	}
 	if cfg.Retention == 0 {
 		panic("watch.New: Config.Retention is required (negative: kept forever)")
+	}
+	if cfg.SharedListener && cfg.ListenURL != "" {
+		panic("watch.New: a shared listener and a ListenURL of its own")
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
@@ -626,7 +634,7 @@ func (s *Service) Start(ctx context.Context) {
 				s.cfg.Logger.Warn("watch: LISTEN failed; polling", "error", err.Error())
 			}
 		}()
-	} else {
+	} else if !s.cfg.SharedListener {
 		s.cfg.Logger.Info("watch: no LISTEN connection; polling", "interval", s.cfg.PollInterval.String())
 	}
 	go s.loop(ctx, notify)
@@ -637,6 +645,28 @@ func (s *Service) Listening() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.connected
+}
+
+// Notify is a notification on NotifyChannel from a shared listener
+// (Config.SharedListener): new events may have been committed.
+func (s *Service) Notify() { s.poke() }
+
+// SetListening is the state of a shared listener (Config.SharedListener):
+// while it is down the service polls.
+func (s *Service) SetListening(up bool) {
+	s.mu.Lock()
+	changed := s.connected != up
+	s.connected = up
+	s.mu.Unlock()
+	if !changed {
+		return
+	}
+	if up {
+		s.cfg.Logger.Info("watch: shared listener connected")
+		s.poke()
+	} else {
+		s.cfg.Logger.Warn("watch: shared listener disconnected; polling until it reconnects")
+	}
 }
 
 func (s *Service) event(ev pq.ListenerEventType, err error) {

@@ -2,6 +2,7 @@ package watch_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/tenants"
 	"github.com/repolock/repolock/internal/watch"
 )
 
@@ -350,58 +352,84 @@ func awaitEvents(t testing.TB, s *watch.Service, sc watch.Scope, cursor string, 
 	}
 }
 
-// TestNotifyWakes: with the LISTEN connection up, an insert wakes the
-// watchers waiting on Changed, and they read it from the buffer.
+// listening starts s's notifications over url: its own LISTEN
+// connection, or (shared) the token cache's, which serves both.
+func listening(t *testing.T, db *database.DB, url string, shared bool, poll time.Duration) *watch.Service {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg := watch.Config{Retention: -1, PollInterval: poll, Logger: discard(), SharedListener: shared}
+	if !shared {
+		cfg.ListenURL = url
+	}
+	s := watch.New(db, cfg)
+	s.Start(ctx)
+	t.Cleanup(s.Close)
+	if shared {
+		c := tenants.NewCache(tenants.CacheConfig{ListenURL: url, Logger: discard(),
+			Also: &tenants.Subscriber{Channel: watch.NotifyChannel, Notify: s.Notify, State: s.SetListening}})
+		c.Start()
+		t.Cleanup(c.Close)
+	}
+	return s
+}
+
+// TestNotifyWakes: with the LISTEN connection up (its own, or the token
+// cache's shared with it), an insert wakes the watchers waiting on
+// Changed, and they read it from the buffer.
 func TestNotifyWakes(t *testing.T) {
 	t.Parallel()
-	db, url := dbtest.NewWithURL(t)
-	s := watch.New(db, watch.Config{Retention: -1, ListenURL: url, PollInterval: time.Hour, Logger: discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s.Start(ctx)
-	defer s.Close()
-	waitFor(t, "listener connected", s.Listening)
-	u := dbtest.NewTenant(t, db, "")
-	head := awaitHead(t, s, watch.Scope{TenantID: u.ID})
-	id := insertEvent(t, db, u.ID, "https://example.com/n/r")
-	// The poll interval is an hour: only the notification can deliver it.
-	if got := awaitEvents(t, s, watch.Scope{TenantID: u.ID}, head, 1); !slices.Equal(got, []int64{id}) {
-		t.Fatalf("got %v, want [%d]", got, id)
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			t.Parallel()
+			db, url := dbtest.NewWithURL(t)
+			s := listening(t, db, url, shared, time.Hour)
+			waitFor(t, "listener connected", s.Listening)
+			u := dbtest.NewTenant(t, db, "")
+			head := awaitHead(t, s, watch.Scope{TenantID: u.ID})
+			id := insertEvent(t, db, u.ID, "https://example.com/n/r")
+			// The poll interval is an hour: only the notification can deliver it.
+			if got := awaitEvents(t, s, watch.Scope{TenantID: u.ID}, head, 1); !slices.Equal(got, []int64{id}) {
+				t.Fatalf("got %v, want [%d]", got, id)
+			}
+		})
 	}
 }
 
-// TestListenerLostFallsBackToPolling: the LISTEN connection goes through
-// the TCP proxy; the proxy resets it and refuses new connections. Events
-// committed while it is down still reach the watchers (by polling), and
-// after the proxy is restored the listener reconnects.
+// TestListenerLostFallsBackToPolling: the LISTEN connection (its own, or
+// the shared one) goes through the TCP proxy; the proxy resets it and
+// refuses new connections. Events committed while it is down still reach
+// the watchers (by polling), and after the proxy is restored the listener
+// reconnects.
 func TestListenerLostFallsBackToPolling(t *testing.T) {
 	t.Parallel()
-	db, direct := dbtest.NewWithURL(t)
-	p, proxied := dbtest.NewProxy(t, direct)
-	s := watch.New(db, watch.Config{Retention: -1, ListenURL: proxied, PollInterval: 50 * time.Millisecond, Logger: discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s.Start(ctx)
-	defer s.Close()
-	waitFor(t, "listener connected", s.Listening)
-	u := dbtest.NewTenant(t, db, "")
-	head := awaitHead(t, s, watch.Admin)
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			t.Parallel()
+			db, direct := dbtest.NewWithURL(t)
+			p, proxied := dbtest.NewProxy(t, direct)
+			s := listening(t, db, proxied, shared, 50*time.Millisecond)
+			waitFor(t, "listener connected", s.Listening)
+			u := dbtest.NewTenant(t, db, "")
+			head := awaitHead(t, s, watch.Admin)
 
-	p.Refuse()
-	p.Reset()
-	waitFor(t, "listener lost", func() bool { return !s.Listening() })
-	var want []int64
-	for i := range 3 {
-		want = append(want, insertEvent(t, db, u.ID, "https://example.com/p/"+string(rune('a'+i))))
+			p.Refuse()
+			p.Reset()
+			waitFor(t, "listener lost", func() bool { return !s.Listening() })
+			var want []int64
+			for i := range 3 {
+				want = append(want, insertEvent(t, db, u.ID, fmt.Sprintf("https://example.com/p/%d", i)))
+			}
+			if got := awaitEvents(t, s, watch.Admin, head, 3); !slices.Equal(got, want) {
+				t.Fatalf("while the listener is down: %v, want %v", got, want)
+			}
+			if s.Listening() {
+				t.Fatal("the listener reconnected through a refusing proxy")
+			}
+			p.Restore()
+			waitFor(t, "listener reconnected", s.Listening)
+		})
 	}
-	if got := awaitEvents(t, s, watch.Admin, head, 3); !slices.Equal(got, want) {
-		t.Fatalf("while the listener is down: %v, want %v", got, want)
-	}
-	if s.Listening() {
-		t.Fatal("the listener reconnected through a refusing proxy")
-	}
-	p.Restore()
-	waitFor(t, "listener reconnected", s.Listening)
 }
 
 func awaitHead(t testing.TB, s *watch.Service, sc watch.Scope) string {
