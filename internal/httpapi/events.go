@@ -231,7 +231,7 @@ func (s *Server) streamEvents(c echo.Context, sc watch.Scope, after string, kind
 			retry.Reset(time.Second)
 		} else {
 			for _, e := range events {
-				b, err := json.Marshal(e)
+				b, err := e.JSON()
 				if err != nil {
 					return err
 				}

@@ -85,6 +85,7 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -112,7 +113,7 @@ var Kinds = []string{locks.EventAcquired, locks.EventDenied, locks.EventReleased
 // Defaults of Config.
 const (
 	DefaultPollInterval         = time.Second
-	DefaultBufferSize           = 10000
+	DefaultBufferSize           = 4096
 	DefaultMaxWatchersPerTenant = 20
 	DefaultCoalesce             = 20 * time.Millisecond
 	// MaxPageSize caps one page.
@@ -159,6 +160,30 @@ type Event struct {
 	at      time.Time // database time of the read that settled it
 	actorID string
 	ownerID string
+	// enc caches, for an event of the buffer, its cursor and JSON per
+	// scope: the watchers of one tenant share them instead of encoding
+	// each (scope binding -> *encoded).
+	enc *sync.Map
+}
+
+type encoded struct {
+	cursor string
+	json   []byte
+}
+
+// JSON is the event's JSON (with its cursor): cached for the watchers of
+// one scope when the event came from the buffer.
+func (e Event) JSON() ([]byte, error) {
+	if e.enc != nil {
+		if v, ok := e.enc.Load(e.Cursor); ok {
+			return v.([]byte), nil
+		}
+	}
+	b, err := json.Marshal(e)
+	if err == nil && e.enc != nil {
+		e.enc.Store(e.Cursor, b)
+	}
+	return b, err
 }
 
 // Position is the event's place in the order.
@@ -548,7 +573,18 @@ func (s *Service) Next(ctx context.Context, c Cursor, kinds []string, limit int)
 
 func (s *Service) withCursors(sc Scope, events []Event) []Event {
 	for i := range events {
-		events[i].Cursor = encode(sc, events[i].pos, events[i].at)
+		e := &events[i]
+		if e.enc == nil {
+			e.Cursor = encode(sc, e.pos, e.at)
+			continue
+		}
+		key := "\x00" + sc.bind() // beside the JSON, which is keyed by cursor
+		if v, ok := e.enc.Load(key); ok {
+			e.Cursor = v.(string)
+			continue
+		}
+		e.Cursor = encode(sc, e.pos, e.at)
+		e.enc.Store(key, e.Cursor)
 	}
 	return events
 }
@@ -798,6 +834,9 @@ func (s *Service) advance(ctx context.Context) (held bool, err error) {
 			s.ready, s.bufStart = true, next
 		}
 		advanced := len(events) > 0 || s.head.Less(next)
+		for i := range events {
+			events[i].enc = &sync.Map{}
+		}
 		s.buf = append(s.buf, events...)
 		if over := len(s.buf) - s.cfg.BufferSize; over > 0 {
 			s.bufStart = s.buf[over-1].pos

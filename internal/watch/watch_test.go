@@ -483,3 +483,68 @@ func TestOtherDatabaseDoesNotHoldBack(t *testing.T) {
 		t.Fatalf("got %v, want [%d] while another database's transaction is open", got, id)
 	}
 }
+
+// TestBuffer: with a started service whose buffer holds 4 events, readers
+// whose cursors are in the buffer and readers whose cursors are older
+// (read from the database) get the same events; a tenant and the admin
+// reading the same buffered events get cursors of their own, each valid
+// only for its reader.
+func TestBuffer(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	s := watch.New(db, watch.Config{Retention: -1, PollInterval: 20 * time.Millisecond, BufferSize: 4, Logger: discard()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.Start(ctx)
+	defer s.Close()
+	u := dbtest.NewTenant(t, db, "")
+	tenant := watch.Scope{TenantID: u.ID}
+	waitFor(t, "the buffer's first read", func() bool { _, err := s.Head(ctx, watch.Admin); return err == nil })
+	h0t, h0a := awaitHead(t, s, tenant), awaitHead(t, s, watch.Admin)
+	var want []int64
+	for i := range 10 {
+		want = append(want, insertEvent(t, db, u.ID, fmt.Sprintf("https://example.com/b/%d", i)))
+	}
+	// Wait until the service has read them all (its head moved past them).
+	got := awaitEvents(t, s, watch.Admin, h0a, 10)
+	if !slices.Equal(got, want) {
+		t.Fatalf("admin: %v, want %v", got, want)
+	}
+	// From before the buffer (the database) and from inside it (memory):
+	// the same events, in pages of 3.
+	for _, sc := range []watch.Scope{tenant, watch.Admin} {
+		start := map[bool]string{true: h0t, false: h0a}[sc == tenant]
+		got, _ := drain(t, s, sc, start, 3, 10)
+		if !slices.Equal(got, want) {
+			t.Fatalf("scope %+v from the head: %v, want %v", sc, got, want)
+		}
+	}
+	p, err := s.Read(ctx, tenant, h0t, nil, 8) // from before the buffer: the database
+	if err != nil || len(p.Events) != 8 {
+		t.Fatalf("%v %v", ids(p.Events), err)
+	}
+	tail, err := s.Read(ctx, tenant, p.Events[6].Cursor, nil, 10) // inside the buffer
+	if err != nil || !slices.Equal(ids(tail.Events), want[7:]) {
+		t.Fatalf("from the 7th event: %v %v, want %v", ids(tail.Events), err, want[7:])
+	}
+	adm, err := s.Read(ctx, watch.Admin, awaitCursorOf(t, s, watch.Admin, h0a, 6), nil, 10)
+	if err != nil || !slices.Equal(ids(adm.Events), want[7:]) {
+		t.Fatalf("admin from the 7th event: %v %v", ids(adm.Events), err)
+	}
+	if adm.Events[0].Cursor == tail.Events[0].Cursor {
+		t.Fatal("the admin and the tenant got the same cursor for one event")
+	}
+	if _, err := s.Read(ctx, tenant, adm.Events[0].Cursor, nil, 10); repolock.ErrorCode(err) != repolock.EInvalid {
+		t.Fatalf("the admin's cursor for the tenant: %v, want invalid_argument", err)
+	}
+}
+
+// awaitCursorOf returns the cursor of the n-th event (0-based) after start.
+func awaitCursorOf(t testing.TB, s *watch.Service, sc watch.Scope, start string, n int) string {
+	t.Helper()
+	p, err := s.Read(context.Background(), sc, start, nil, n+1)
+	if err != nil || len(p.Events) != n+1 {
+		t.Fatalf("%v %v", ids(p.Events), err)
+	}
+	return p.Events[n].Cursor
+}
