@@ -136,7 +136,7 @@ func (s *Server) pollEvents(c echo.Context, sc watch.Scope, after string, kinds 
 		case <-deadline.C:
 			return c.JSON(http.StatusOK, eventsResponse{Events: []watch.Event{}, Cursor: after})
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil // the client left (the bound, wait + RequestTimeout, is past the deadline above)
 		case <-s.stopping:
 			return c.JSON(http.StatusOK, eventsResponse{Events: []watch.Event{}, Cursor: after})
 		}
