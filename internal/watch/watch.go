@@ -160,15 +160,11 @@ type Event struct {
 	at      time.Time // database time of the read that settled it
 	actorID string
 	ownerID string
-	// enc caches, for an event of the buffer, its cursor and JSON per
-	// scope: the watchers of one tenant share them instead of encoding
-	// each (scope binding -> *encoded).
+	// enc caches, for an event of the buffer, its cursor per scope ("\x00"
+	// + the scope's binding -> cursor) and its JSON per cursor (cursor ->
+	// []byte): the watchers of one tenant share them instead of encoding
+	// each.
 	enc *sync.Map
-}
-
-type encoded struct {
-	cursor string
-	json   []byte
 }
 
 // JSON is the event's JSON (with its cursor): cached for the watchers of
