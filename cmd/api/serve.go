@@ -324,7 +324,7 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	}
 	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken,
 		Collector: s.collector, Sync: s.sync, ReportsDB: s.reportsDB,
-		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps})
+		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps, Watch: s.watch})
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/watch"
 )
 
 // Prefix is where the console is mounted.
@@ -81,6 +82,11 @@ type Config struct {
 	Now func() time.Time
 	// PageSize is the default number of rows per list page (default 50).
 	PageSize int
+	// Watch, when set, serves GET /ui/events: the lock events as
+	// Server-Sent Events (the admin's view), which the overview and the
+	// ownership pages follow while "live" is ticked. Optional; nil: the
+	// overview refreshes on its timer and the ownership page is not live.
+	Watch *watch.Service
 }
 
 // Console is the console's http.Handler.
@@ -152,6 +158,9 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /ui/login", c.login)
 	m.HandleFunc("POST /ui/logout", c.auth(c.logout))
 	m.HandleFunc("GET /ui/{$}", c.auth(c.overview))
+	if c.cfg.Watch != nil {
+		m.HandleFunc("GET /ui/events", c.auth(c.events))
+	}
 	m.HandleFunc("GET /ui/ownership", c.auth(c.ownership))
 	m.HandleFunc("GET /ui/denials", c.auth(c.denials))
 	m.HandleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))

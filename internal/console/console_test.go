@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"net/http"
@@ -799,4 +800,52 @@ func TestSessionSharedAcrossReplicas(t *testing.T) {
 	wantStatus(t, b2.get("/ui/tenants"), http.StatusOK)
 	wantStatus(t, b2.post("/ui/logout", form(b2.csrf())), http.StatusSeeOther)
 	wantStatus(t, b1.get("/ui/tenants"), http.StatusSeeOther)
+}
+
+// TestEventStream: a signed-in operator's GET /ui/events streams every lock
+// event as a "change" Server-Sent Event (with the strict CSP); signed out
+// it redirects to the sign-in page; the overview and the ownership page
+// point console.js at it.
+func TestEventStream(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	if r := b.get("/ui/events"); r.Status != http.StatusSeeOther {
+		t.Fatalf("signed out: %d", r.Status)
+	}
+	b.signIn()
+	for _, page := range []string{"/ui/", "/ui/ownership"} {
+		if r := b.get(page); !strings.Contains(r.Body, `data-events="/ui/events"`) || !strings.Contains(r.Body, "live (at each lock event)") {
+			t.Fatalf("%s does not follow the events", page)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/ui/events", nil)
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Fatalf("stream: %d %v", resp.StatusCode, resp.Header)
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "retry: 2000\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	u, _ := e.tenant("alice")
+	e.mustApp(u.ID, "web", "https://github.com/acme/web")
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest, ok := strings.CutPrefix(line, "data: "); ok {
+			if !strings.Contains(rest, `"kind":"acquired"`) || !strings.Contains(rest, `"normalized_url":"github.com/acme/web"`) {
+				t.Fatalf("event %s", rest)
+			}
+			return
+		}
+	}
 }

@@ -25,6 +25,7 @@ const (
 	DefaultEventsPageSize     = 100
 	MaxEventsWait             = 60 * time.Second
 	eventsPath                = "/v1/events"
+	consoleEventsPath         = "/ui/events" // internal/console's stream (console.Prefix + "/events")
 )
 
 // eventsResponse is the long poll's answer.
