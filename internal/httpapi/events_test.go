@@ -82,7 +82,7 @@ func TestEventsLongPoll(t *testing.T) {
 		}
 	}
 	// kinds filter
-	p := e.events(alice, "kinds=denied&after="+url.QueryEscape(ha))
+	p := e.events(alice, "wait=30s&kinds=denied&after="+url.QueryEscape(ha))
 	if len(p.Events) != 1 || p.Events[0].Kind != "denied" {
 		t.Fatalf("kinds=denied: %+v", p)
 	}

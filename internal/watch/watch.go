@@ -662,9 +662,18 @@ func (s *Service) Start(ctx context.Context) {
 		s.listener = pq.NewListener(s.cfg.ListenURL, 50*time.Millisecond, 2*time.Second, s.event)
 		notify = s.listener.NotificationChannel()
 		go func() {
+			// Listen returns once the first connection is up and LISTEN
+			// took effect: only then does the service count on
+			// notifications (the Connected event comes before it).
 			if err := s.listener.Listen(NotifyChannel); err != nil && !errors.Is(err, pq.ErrChannelAlreadyOpen) {
 				s.cfg.Logger.Warn("watch: LISTEN failed; polling", "error", err.Error())
+				return
 			}
+			s.mu.Lock()
+			s.connected = true
+			s.mu.Unlock()
+			s.cfg.Logger.Info("watch: listening", "channel", NotifyChannel)
+			s.poke()
 		}()
 	} else if !s.cfg.SharedListener {
 		s.cfg.Logger.Info("watch: no LISTEN connection; polling", "interval", s.cfg.PollInterval.String())
@@ -703,11 +712,11 @@ func (s *Service) SetListening(up bool) {
 
 func (s *Service) event(ev pq.ListenerEventType, err error) {
 	switch ev {
-	case pq.ListenerEventConnected, pq.ListenerEventReconnected:
+	case pq.ListenerEventReconnected: // its LISTEN was re-sent before this event
 		s.mu.Lock()
 		s.connected = true
 		s.mu.Unlock()
-		s.cfg.Logger.Info("watch: listener connected")
+		s.cfg.Logger.Info("watch: listener reconnected")
 		s.poke() // notifications may have been missed while it was down
 	case pq.ListenerEventDisconnected:
 		s.mu.Lock()
