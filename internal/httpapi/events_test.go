@@ -263,3 +263,29 @@ func TestEventsStream(t *testing.T) {
 		t.Fatalf("alice's cursor on bob's stream: %d, want 400", st)
 	}
 }
+
+// TestEventsRateLimit: a stream counts against the tenant's rate limit
+// once, when it connects, however long it runs: with a bucket of 3 that
+// never refills in the test's time, a stream that lives through many
+// heartbeats leaves 2 requests, then 429.
+func TestEventsRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, withRateLimit(0.0001, 3), withEventStreams(20*time.Millisecond, 5*time.Second))
+	alice := e.tenant("alice")
+	s, st := e.openStream(t, alice, "", "")
+	if st != http.StatusOK {
+		t.Fatalf("stream: %d", st)
+	}
+	beats := 0
+	for beats < 10 {
+		s.next(&beats)
+	}
+	for i := range 2 {
+		if st, _ := e.call(http.MethodGet, "/v1/me", alice, nil); st != http.StatusOK {
+			t.Fatalf("request %d after the stream: %d, want 200", i+1, st)
+		}
+	}
+	if st, _ := e.call(http.MethodGet, "/v1/me", alice, nil); st != http.StatusTooManyRequests {
+		t.Fatalf("4th request: %d, want 429", st)
+	}
+}
