@@ -98,6 +98,11 @@ bench-isolation: ## the noisy neighbour through the binary: B's one-row reads wh
 	env -u DATABASE_URL TEST_DATABASE_URL="$$url" REPOLOCK_ISOLATION_DURATION=$(ISOLATION_DURATION) \
 		$(GO) test -run '^$$' -bench '^BenchmarkNoisyNeighbour$$' -benchtime 1x -timeout 10m ./tests/
 
+.PHONY: bench-watch
+bench-watch: ## the watch through the binary: 1,000 SSE watchers over 100 tenants while acquires run at 500/s (WATCH_DURATION=20s, WATCH_RATE, WATCH_WATCHERS, WATCH_TENANTS)
+	@set -e; url=$$($(PG_TEST)); \
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" $(GO) test -tags watchbench -run '^$$' -bench 'Watch' -benchtime 1x -timeout 20m ./tests/
+
 .PHONY: bench-scale
 bench-scale: ## capacity at 10M locks vs 100k (SCALE_LOCKS, SCALE_SMALL, SCALE_TENANTS, SCALE_EVENTS) and the cost of a synchronous standby; long, not in make test
 	@set -e; url=$$($(PG_ENSURE)); \

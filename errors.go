@@ -27,6 +27,7 @@ const (
 	ELeaseHeld           Code = "lease_held"             // 409: the key's lease is held by another acquisition
 	EFenced              Code = "fenced"                 // 409: a newer fencing token was issued for the write's guarding key
 	EGone                Code = "repository_deleting"    // 410
+	ECursorExpired       Code = "cursor_expired"         // 410: a watch cursor older than the event retention
 	EPrecondition        Code = "precondition_failed"    // 412
 	EPayloadTooLarge     Code = "payload_too_large"      // 413
 	EUnsupportedMedia    Code = "unsupported_media_type" // 415

@@ -376,6 +376,11 @@ func TestOperations(t *testing.T) {
 		t.Errorf("DeleteUser = %+v", del)
 	}
 
+	// The watch: the head of the stream, then the events after it.
+	if head := must(e.admin.Events(ctx, client.WatchOptions{}))(t); head.Cursor == "" || len(head.Events) != 0 {
+		t.Errorf("Events without a cursor = %+v, want the head", head)
+	}
+
 	// Every operation went through the validator.
 	checked := contracttest.New(t).Checked()
 	for id := range operationMethods {

@@ -38,6 +38,7 @@ var operationMethods = map[string][]string{
 	"deleteAlias":  {"DeleteAlias", "PlanDeleteAlias"},
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
 	"listLeases": {"ListLeasesPage", "ListLeases"},
+	"watchEvents": {"Events", "Watch"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client

@@ -26,6 +26,7 @@ const (
 	CodeLeaseHeld            Code = "lease_held"             // 409
 	CodeFenced               Code = "fenced"                 // 409
 	CodeRepositoryDeleting   Code = "repository_deleting"    // 410
+	CodeCursorExpired        Code = "cursor_expired"         // 410: list again, watch from a new cursor
 	CodePreconditionFailed   Code = "precondition_failed"    // 412
 	CodePayloadTooLarge      Code = "payload_too_large"      // 413
 	CodeUnsupportedMediaType Code = "unsupported_media_type" // 415
@@ -217,6 +218,11 @@ func IsForbidden(err error) bool { return IsCode(err, CodeForbidden) }
 
 // IsPreconditionFailed: an expected value did not match (412).
 func IsPreconditionFailed(err error) bool { return IsCode(err, CodePreconditionFailed) }
+
+// IsCursorExpired reports a cursor_expired error (410): the watch cursor
+// is older than the server's event retention. List again and watch from
+// a new cursor (docs/watch.md).
+func IsCursorExpired(err error) bool { return IsCode(err, CodeCursorExpired) }
 
 // IsDeleting: the repository is being deleted (410).
 func IsDeleting(err error) bool { return IsCode(err, CodeRepositoryDeleting) }

@@ -42,6 +42,7 @@ var commands = map[string]command{
 	"alias":     {"manage normalizer aliases: list | add FROM TO | remove FROM", runAlias},
 	"console":   {"manage the operator console: sessions revoke (ends every session)", runConsole},
 	"lease":     {"hold a lease while a command runs: run --key K --ttl 15s -- COMMAND [ARG...]", runLease},
+	"events":    {"print lock events in the watch's order; --follow tails them", runEvents},
 }
 
 // env is what commands share: the streams and the environment, so tests

@@ -69,8 +69,9 @@ func (p *poolFlags) tokenCache() tokenCacheConfig {
 }
 
 // newTokenCache returns the token cache, or nil when it is off (Size 0);
-// with Listen, its listener connects to listenURL when Start is called.
-func newTokenCache(cfg tokenCacheConfig, listenURL string, logger *slog.Logger) *tenants.Cache {
+// with Listen, its listener connects to listenURL when Start is called,
+// and serves also (nil: none) on the same session.
+func newTokenCache(cfg tokenCacheConfig, listenURL string, also *tenants.Subscriber, logger *slog.Logger) *tenants.Cache {
 	if cfg.Size == 0 {
 		logger.Info("token cache disabled (TOKEN_CACHE_SIZE=0): every request authenticates against the database")
 		return nil
@@ -78,6 +79,7 @@ func newTokenCache(cfg tokenCacheConfig, listenURL string, logger *slog.Logger) 
 	cc := tenants.CacheConfig{Size: cfg.Size, TTL: cfg.TTL, Logger: logger}
 	if cfg.Listen {
 		cc.ListenURL = listenURL
+		cc.Also = also
 	}
 	return tenants.NewCache(cc)
 }

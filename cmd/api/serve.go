@@ -27,6 +27,7 @@ import (
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/watch"
 )
 
 // api serve, in three steps that read top to bottom:
@@ -124,6 +125,18 @@ type serveConfig struct {
 	// Retention of lock events and GC runs, enforced by every collection
 	// (scheduled, API, console); a negative duration keeps rows forever.
 	Retention gc.Retention
+	// Events configures the watch (GET /v1/events, internal/watch).
+	Events eventsConfig
+}
+
+// eventsConfig is the watch's settings: the heartbeat of idle streams,
+// how often a replica polls while its LISTEN connection is down, and each
+// tenant's cap on concurrent watchers per replica.
+type eventsConfig struct {
+	Heartbeat         time.Duration
+	WriteTimeout      time.Duration
+	PollInterval      time.Duration
+	WatchersPerTenant int
 }
 
 // readServeConfig reads serve's flags and environment and checks them. An
@@ -153,6 +166,10 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		poolShareWait   = fs.Duration("tenant-pool-wait", fs.envDuration("TENANT_POOL_WAIT", fairshare.DefaultWait), "how long a request beyond its tenant's share waits for a slot before 429 with Retry-After; 0 answers 429 at once [TENANT_POOL_WAIT]")
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
+		eventsHeartbeat = fs.Duration("events-heartbeat", fs.envDuration("EVENTS_HEARTBEAT", httpapi.DefaultEventsHeartbeat), "how often an idle event stream (GET /v1/events) gets a heartbeat; must be positive [EVENTS_HEARTBEAT]")
+		eventsWrite     = fs.Duration("events-write-timeout", fs.envDuration("EVENTS_WRITE_TIMEOUT", httpapi.DefaultEventsWriteTimeout), "how long a write to an event stream may block before the slow client is disconnected; must be positive [EVENTS_WRITE_TIMEOUT]")
+		eventsPoll      = fs.Duration("events-poll-interval", fs.envDuration("EVENTS_POLL_INTERVAL", watch.DefaultPollInterval), "how often the watch reads new events while its LISTEN connection is down; must be positive [EVENTS_POLL_INTERVAL]")
+		watchers        = fs.Int("watchers-per-tenant", fs.envInt("WATCHERS_PER_TENANT", watch.DefaultMaxWatchersPerTenant), "concurrent watchers (GET /v1/events) a tenant may hold on this replica; must be positive [WATCHERS_PER_TENANT]")
 		gcLoop          gcLoopFlags
 		pool            poolFlags
 	)
@@ -186,6 +203,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateRowsPerRequest:  *rateRows,
 		PoolShare:           *poolShare,
 		PoolShareWait:       *poolShareWait,
+		Events:              eventsConfig{Heartbeat: *eventsHeartbeat, WriteTimeout: *eventsWrite, PollInterval: *eventsPoll, WatchersPerTenant: *watchers},
 		// Secrets come from the environment after parsing, never as flag
 		// defaults (--help would print them).
 		MigrateURL: common.db.migrationURL(),
@@ -232,6 +250,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	if cfg.AliasRefresh <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
+	if cfg.Events.Heartbeat <= 0 || cfg.Events.WriteTimeout <= 0 || cfg.Events.PollInterval <= 0 || cfg.Events.WatchersPerTenant <= 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--events-heartbeat, --events-write-timeout, --events-poll-interval and --watchers-per-tenant must be positive")}
+	}
 	switch {
 	case cfg.RateRowsPerRequest < 0:
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--rate-rows-per-request must not be negative (0 is off)")}
@@ -264,6 +285,9 @@ type server struct {
 	collector    *gc.Collector
 	repositories *repostate.Service
 	sync         *syncstate.Store
+	// watch is the process's one watch: its LISTEN connection and event
+	// buffer serve every GET /v1/events.
+	watch *watch.Service
 
 	http *httpapi.Server
 	// tls, when set (TLS_CERT_FILE), makes the listener HTTPS.
@@ -313,7 +337,26 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if cfg.MigrateURL != "" {
 		listenURL = cfg.MigrateURL
 	}
-	s.tokens = newTokenCache(cfg.TokenCache, listenURL, logger)
+	// The watch shares the token cache's LISTEN session when there is one
+	// (one session for both: Postgres sessions stay at the pool size + 1),
+	// else holds its own.
+	eventRetention := cfg.Retention.Events
+	if eventRetention == 0 {
+		eventRetention = gc.DefaultEventRetention
+	}
+	shared := cfg.TokenCache.Size != 0 && cfg.TokenCache.Listen
+	wcfg := watch.Config{Retention: eventRetention, PollInterval: cfg.Events.PollInterval,
+		MaxWatchersPerTenant: cfg.Events.WatchersPerTenant, Logger: logger, SharedListener: shared}
+	if !shared {
+		wcfg.ListenURL = listenURL
+	}
+	s.watch = watch.New(s.db, wcfg)
+	s.onClose(s.watch.Close)
+	var also *tenants.Subscriber
+	if shared {
+		also = &tenants.Subscriber{Channel: watch.NotifyChannel, Notify: s.watch.Notify, State: s.watch.SetListening}
+	}
+	s.tokens = newTokenCache(cfg.TokenCache, listenURL, also, logger)
 	if s.tokens != nil {
 		s.onClose(s.tokens.Close)
 	}
@@ -404,6 +447,9 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		Aliases:             s.svc.aliases,
 		Reports:             s.svc.reports,
 		Leases:              s.svc.leases,
+		Watch:               s.watch,
+		EventsHeartbeat:     cfg.Events.Heartbeat,
+		EventsWriteTimeout:  cfg.Events.WriteTimeout,
 		Ready:               s.ready.get,
 	})
 	if err != nil {
@@ -412,7 +458,7 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	ui, err := console.New(console.Config{DB: s.db, Logger: logger, AdminToken: adminToken, AuthGuard: guard,
 		TrustForwardedFor: cfg.TrustForwardedFor, TrustForwardedProto: cfg.TrustForwardedProto,
 		Collector: s.collector, Sync: s.sync, ReportsDB: s.reportsDB,
-		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps})
+		Tenants: s.svc.tenants, Locks: s.svc.locks, Apps: s.svc.apps, Watch: s.watch})
 	if err != nil {
 		return nil, err
 	}
@@ -450,6 +496,7 @@ func (s *server) run(ctx context.Context) error {
 		})
 	}()
 	defer func() { stopAliases(); <-cleanupDone }()
+	s.watch.Start(aliasCtx) // reads fail (and are retried) until startup is done
 	stopGC := startGCLoop(ctx, s.collector, s.cfg.GC, s.logger)
 	defer stopGC()
 	stopDebug, err := serveDebug(s.cfg.DebugListen, s.logger)

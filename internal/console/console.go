@@ -34,6 +34,7 @@ import (
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/watch"
 )
 
 // Prefix is where the console is mounted.
@@ -85,6 +86,11 @@ type Config struct {
 	Now func() time.Time
 	// PageSize is the default number of rows per list page (default 50).
 	PageSize int
+	// Watch, when set, serves GET /ui/events: the lock events as
+	// Server-Sent Events (the admin's view), which the overview and the
+	// ownership pages follow while "live" is ticked. Optional; nil: the
+	// overview refreshes on its timer and the ownership page is not live.
+	Watch *watch.Service
 }
 
 // Console is the console's http.Handler.
@@ -159,6 +165,9 @@ func (c *Console) routes() {
 	c.handleFunc("POST /ui/login", c.login)
 	c.handleFunc("POST /ui/logout", c.auth(c.logout))
 	c.handleFunc("GET /ui/{$}", c.auth(c.overview))
+	if c.cfg.Watch != nil {
+		c.handleFunc("GET /ui/events", c.auth(c.events))
+	}
 	c.handleFunc("GET /ui/ownership", c.auth(c.ownership))
 	c.handleFunc("GET /ui/denials", c.auth(c.denials))
 	c.handleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -962,4 +963,52 @@ func TestLeases(t *testing.T) {
 	r = b.get(nextLink(r))
 	wantContains(t, r, `<td>bob</td><td>cron/nightly</td><td>host-2:9</td><td>12</td>`)
 	wantNotContains(t, r, "cron/expired")
+}
+
+// TestEventStream: a signed-in operator's GET /ui/events streams every lock
+// event as a "change" Server-Sent Event (with the strict CSP); signed out
+// it redirects to the sign-in page; the overview and the ownership page
+// point console.js at it.
+func TestEventStream(t *testing.T) {
+	e := newEnv(t)
+	b := e.browser()
+	if r := b.get("/ui/events"); r.Status != http.StatusSeeOther {
+		t.Fatalf("signed out: %d", r.Status)
+	}
+	b.signIn()
+	for _, page := range []string{"/ui/", "/ui/ownership"} {
+		if r := b.get(page); !strings.Contains(r.Body, `data-events="/ui/events"`) || !strings.Contains(r.Body, "live (at each lock event)") {
+			t.Fatalf("%s does not follow the events", page)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/ui/events", nil)
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Fatalf("stream: %d %v", resp.StatusCode, resp.Header)
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "retry: 2000\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	u, _ := e.tenant("alice")
+	e.mustApp(u.ID, "web", "https://github.com/acme/web")
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest, ok := strings.CutPrefix(line, "data: "); ok {
+			if !strings.Contains(rest, `"kind":"acquired"`) || !strings.Contains(rest, `"normalized_url":"github.com/acme/web"`) {
+				t.Fatalf("event %s", rest)
+			}
+			return
+		}
+	}
 }

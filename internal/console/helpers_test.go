@@ -69,7 +69,7 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	// `api serve` wires them.
 	api := httpapitest.Config(t, db, logger, testAdminToken)
 	cfg := Config{DB: db, AdminToken: testAdminToken, AuthGuard: api.AuthGuard, Now: clk.Now, Logger: logger, Collector: api.GC, Sync: api.Sync,
-		Tenants: api.Tenants, Locks: api.Locks, Apps: api.Apps}
+		Tenants: api.Tenants, Locks: api.Locks, Apps: api.Apps, Watch: api.Watch}
 	for _, m := range mod {
 		m(&cfg)
 	}

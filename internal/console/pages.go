@@ -128,7 +128,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "overview", s, view{Title: "Overview", Nav: "overview", Refresh: 30, Body: overviewView{
+	c.render(w, r, http.StatusOK, "overview", s, view{Title: "Overview", Nav: "overview", Refresh: 30, Events: c.eventsURL(), Body: overviewView{
 		Counts:  cnt,
 		LastRun: last,
 		Denials: hourChart("Denials per hour, last 24 hours", hourNow, 24, []string{locks.EventDenied}, den),
@@ -163,7 +163,7 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 		c.fail(w, r, s, err)
 		return
 	}
-	page := view{Title: "Ownership", Nav: "ownership", Body: &v}
+	page := view{Title: "Ownership", Nav: "ownership", Events: c.eventsURL(), Body: &v}
 	switch {
 	case v.URL != "":
 		key, err := c.data.normalizeURL(v.URL)

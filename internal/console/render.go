@@ -23,7 +23,11 @@ type view struct {
 	// Refresh asks console.js to reload the page every so many seconds
 	// when the operator ticks "live".
 	Refresh int
-	Body    any
+	// Events is the URL of the event stream console.js follows while
+	// "live" is ticked (reloading the page at each change) instead of the
+	// Refresh timer; "" for none.
+	Events string
+	Body   any
 }
 
 func (c *Console) parseTemplates() error {

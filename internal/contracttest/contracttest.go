@@ -138,6 +138,14 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
+	if mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); resp.StatusCode < 300 && strings.TrimSpace(mt) == "text/event-stream" {
+		// A stream has no end to read to: the request, the status and the
+		// headers are checked, and that the document declares the stream.
+		if verr := rt.v.check(req, reqBody, resp.StatusCode, resp.Header, nil, true); verr != nil {
+			rt.tb.Errorf("contract violation: %v", verr)
+		}
+		return resp, nil
+	}
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
@@ -153,6 +161,12 @@ func (rt roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // Check validates one exchange: the request (with its body) and the
 // response's status, headers and body.
 func (v *Validator) Check(req *http.Request, reqBody []byte, status int, header http.Header, body []byte) error {
+	return v.check(req, reqBody, status, header, body, false)
+}
+
+// check is Check; stream: the response is a text/event-stream whose body
+// is not checked (the document must declare that media type).
+func (v *Validator) check(req *http.Request, reqBody []byte, status int, header http.Header, body []byte, stream bool) error {
 	where := req.Method + " " + req.URL.RequestURI() + " → " + fmt.Sprint(status)
 	r := req.Clone(context.Background())
 	r.Body = io.NopCloser(bytes.NewReader(reqBody))
@@ -192,8 +206,14 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, status int, header 
 			IncludeResponseStatus: true,
 			MultiError:            true,
 			// A HEAD response has the GET's headers and no body.
-			ExcludeResponseBody: req.Method == http.MethodHead,
+			ExcludeResponseBody: req.Method == http.MethodHead || stream,
 		},
+	}
+	if stream {
+		r := route.Operation.Responses.Status(status)
+		if r == nil || r.Value == nil || r.Value.Content.Get("text/event-stream") == nil {
+			return fmt.Errorf("%s (%s): a text/event-stream response the document does not declare", where, route.Operation.OperationID)
+		}
 	}
 	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
 		return fmt.Errorf("%s (%s): response does not match the document: %v\nbody: %s", where, route.Operation.OperationID, err, truncate(body))

@@ -32,6 +32,7 @@ var statusByCode = map[repolock.Code]int{
 	repolock.ELeaseHeld:         http.StatusConflict,
 	repolock.EFenced:            http.StatusConflict,
 	repolock.EGone:              http.StatusGone,
+	repolock.ECursorExpired:     http.StatusGone,
 	repolock.EPrecondition:      http.StatusPreconditionFailed,
 	repolock.EPayloadTooLarge:   http.StatusRequestEntityTooLarge,
 	repolock.EUnsupportedMedia:  http.StatusUnsupportedMediaType,

@@ -53,6 +53,13 @@ func withRequestTimeout(d time.Duration) envOption {
 	return func(_ *apiEnv, cfg *httpapi.Config) { cfg.RequestTimeout = d }
 }
 
+// withEventStreams sets the event streams' heartbeat and write timeout.
+func withEventStreams(heartbeat, writeTimeout time.Duration) envOption {
+	return func(_ *apiEnv, cfg *httpapi.Config) {
+		cfg.EventsHeartbeat, cfg.EventsWriteTimeout = heartbeat, writeTimeout
+	}
+}
+
 // withRoutes adds test-only routes to the built server before it serves.
 // They must live under testRoutesPrefix.
 func withRoutes(add func(*httpapi.Server)) envOption {
@@ -90,6 +97,7 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 		cfg.AuthGuard = svc.AuthGuard
 	}
 	cfg.Tenants, cfg.Locks, cfg.Apps, cfg.Rekey, cfg.Aliases, cfg.Reports = svc.Tenants, svc.Locks, svc.Apps, svc.Rekey, svc.Aliases, svc.Reports
+	cfg.Watch = svc.Watch
 	e.registry = cfg.Registry
 	srv, err := httpapi.New(cfg)
 	if err != nil {

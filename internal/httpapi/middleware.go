@@ -252,9 +252,15 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // timeout bounds the request's context; queries made with it are cancelled
-// when it expires.
+// when it expires. GET /v1/events is exempt: a stream lasts as long as its
+// client stays, and a long poll bounds itself (wait + RequestTimeout); so
+// is the console's stream of the same events (consoleEventsPath), mounted
+// on the same Echo.
 func (s *Server) timeout(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if c.Path() == eventsPath || c.Request().URL.Path == consoleEventsPath {
+			return next(c)
+		}
 		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))

@@ -27,6 +27,7 @@ import (
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/watch"
 )
 
 // Config configures a Server. The caller (cmd/api) builds every service the
@@ -107,6 +108,15 @@ type Config struct {
 	// GC serves POST /v1/admin/gc. It is the process's one Collector: the
 	// scheduled loop of serve runs on the same one. Required.
 	GC *gc.Collector
+	// Watch serves GET /v1/events (internal/watch). Required.
+	Watch *watch.Service
+	// EventsHeartbeat is how often an idle event stream gets a comment
+	// (and a bookmark when its cursor moved); 0: DefaultEventsHeartbeat.
+	// EventsWriteTimeout bounds each write to a stream: a client that
+	// does not read for that long is disconnected; 0:
+	// DefaultEventsWriteTimeout.
+	EventsHeartbeat    time.Duration
+	EventsWriteTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -123,6 +133,9 @@ type Server struct {
 	cfg     Config
 	metrics *httpMetrics
 	limiter *tenantLimiter
+	// stopping is closed when Serve begins its graceful shutdown: event
+	// streams and long polls end then instead of holding it up.
+	stopping chan struct{}
 }
 
 // New builds a Server with every route registered.
@@ -138,6 +151,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: Config.Registry is required")
 	case cfg.Repositories == nil || cfg.Sync == nil || cfg.GC == nil || cfg.Leases == nil:
 		return nil, errors.New("httpapi: Config.Repositories, Config.Sync, Config.GC and Config.Leases are required")
+	case cfg.Watch == nil:
+		return nil, errors.New("httpapi: Config.Watch is required")
 	case cfg.Tenants == nil || cfg.Locks == nil || cfg.Apps == nil || cfg.Rekey == nil || cfg.Aliases == nil || cfg.Reports == nil:
 		return nil, errors.New("httpapi: Config.Tenants, Config.Locks, Config.Apps, Config.Rekey, Config.Aliases and Config.Reports are required")
 	}
@@ -149,6 +164,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = 1 << 20
+	}
+	if cfg.EventsHeartbeat <= 0 {
+		cfg.EventsHeartbeat = DefaultEventsHeartbeat
+	}
+	if cfg.EventsWriteTimeout <= 0 {
+		cfg.EventsWriteTimeout = DefaultEventsWriteTimeout
 	}
 	metrics, err := newHTTPMetrics(cfg.Registry)
 	if err != nil {
@@ -166,6 +187,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		metrics:  metrics,
 		limiter:  newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
+		stopping: make(chan struct{}),
 	}
 	e.HTTPErrorHandler = s.handleError
 	s.routes()
@@ -199,6 +221,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, shutdownTimeout tim
 	case <-ctx.Done():
 	}
 	s.Logger.Info("shutting down", "timeout", shutdownTimeout.String())
+	close(s.stopping)
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {

@@ -183,6 +183,7 @@ const (
 	KindSyncHosts             = "sync_hosts"
 	KindSyncRepos             = "sync_repos"
 	KindTenants               = "tenants"
+	KindEvents                = "events" // the watch's cursors (internal/watch)
 )
 
 // DecodeTimeID decodes a (created_at, id) token; the empty token is Start().

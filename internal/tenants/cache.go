@@ -39,8 +39,23 @@ type CacheConfig struct {
 	ListenURL string
 	// Logger receives the listener's state changes.
 	Logger *slog.Logger
+	// Also is another subscriber of the listener's connection, so that one
+	// session serves both (the watch's notifications, internal/watch). Nil:
+	// none.
+	Also *Subscriber
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+}
+
+// Subscriber listens on the cache's LISTEN connection too: the listener
+// also listens on Channel, calls Notify at each notification on it (and
+// after each reconnection, since notifications may have been lost while
+// it was away), and State with whether the connection is up (true once
+// LISTEN on Channel took effect, false when the connection is lost).
+type Subscriber struct {
+	Channel string
+	Notify  func()
+	State   func(connected bool)
 }
 
 // Cache authenticates hot tokens without a database round trip: an
@@ -108,6 +123,12 @@ func (c *Cache) Start() {
 		defer c.wg.Done()
 		// Listen blocks until the first connection is up (or Close).
 		err := c.listener.Listen(NotifyChannel)
+		if err == nil && c.cfg.Also != nil {
+			if err = c.listener.Listen(c.cfg.Also.Channel); err == nil {
+				c.cfg.Also.State(true)
+				c.cfg.Also.Notify()
+			}
+		}
 		if err == nil {
 			c.Flush() // anything cached before LISTEN took effect
 			c.connectedOnce.Do(func() { close(c.connected) })
@@ -132,9 +153,15 @@ func (c *Cache) event(ev pq.ListenerEventType, err error) {
 	switch ev {
 	case pq.ListenerEventConnected, pq.ListenerEventReconnected:
 		c.Flush()
+		if c.cfg.Also != nil && ev == pq.ListenerEventReconnected { // its LISTEN was re-sent
+			c.cfg.Also.State(true)
+		}
 		c.cfg.Logger.Info("token cache: listener connected", "event", ev.String())
 	case pq.ListenerEventDisconnected:
 		c.Flush()
+		if c.cfg.Also != nil {
+			c.cfg.Also.State(false)
+		}
 		c.cfg.Logger.Warn("token cache: listener disconnected; revocations take effect within the cache TTL until it reconnects",
 			"error", errString(err), "ttl", c.cfg.TTL.String())
 	case pq.ListenerEventConnectionAttemptFailed:
@@ -164,6 +191,13 @@ func (c *Cache) run() {
 			}
 			if n == nil { // after a reconnection: anything may have been missed
 				c.Flush()
+				if c.cfg.Also != nil {
+					c.cfg.Also.Notify()
+				}
+				continue
+			}
+			if c.cfg.Also != nil && n.Channel == c.cfg.Also.Channel {
+				c.cfg.Also.Notify()
 				continue
 			}
 			c.Invalidate(n.Extra)

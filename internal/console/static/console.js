@@ -15,16 +15,30 @@
     });
   });
 
-  // Live refresh: reload the page every data-refresh seconds while the
-  // "live" box is ticked (remembered for this tab).
+  // Live: while the "live" box is ticked (remembered for this tab), follow
+  // the lock events (data-events: a Server-Sent Events URL) and reload the
+  // page a second after a change, or else reload it every data-refresh
+  // seconds.
   var seconds = parseInt(document.body.getAttribute("data-refresh") || "0", 10);
+  var eventsURL = document.body.getAttribute("data-events") || "";
   var live = document.getElementById("live");
-  if (seconds > 0 && live) {
+  if ((seconds > 0 || eventsURL) && live) {
     var timer = null;
+    var source = null;
+    var reloadSoon = function () {
+      if (!timer) { timer = setTimeout(function () { location.reload(); }, 1000); }
+    };
     var set = function () {
       if (timer) { clearTimeout(timer); timer = null; }
+      if (source) { source.close(); source = null; }
       try { sessionStorage.setItem("repolock-live", live.checked ? "1" : ""); } catch (e) { /* storage off */ }
-      if (live.checked) { timer = setTimeout(function () { location.reload(); }, seconds * 1000); }
+      if (!live.checked) { return; }
+      if (eventsURL && window.EventSource) {
+        source = new EventSource(eventsURL);
+        source.addEventListener("change", reloadSoon);
+      } else if (seconds > 0) {
+        timer = setTimeout(function () { location.reload(); }, seconds * 1000);
+      }
     };
     try { live.checked = sessionStorage.getItem("repolock-live") === "1"; } catch (e) { /* storage off */ }
     live.addEventListener("change", set);

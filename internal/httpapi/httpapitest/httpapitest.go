@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
+	"github.com/repolock/repolock/internal/watch"
 )
 
 // Config returns a complete httpapi.Config on db: a registry of its own, the
@@ -55,6 +57,11 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 	ts := tenants.New(db, nil)
 	ls := locks.New(db, aliases)
 	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger, TenantExists: ts.Exists})
+	// The watch polls (a test server has no LISTEN connection URL), often.
+	w := watch.New(db, watch.Config{Retention: gc.DefaultEventRetention, PollInterval: 20 * time.Millisecond, Logger: logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	w.Start(ctx)
+	tb.Cleanup(func() { cancel(); w.Close() })
 	return httpapi.Config{
 		DB:           db,
 		Logger:       logger,
@@ -75,6 +82,7 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 		Rekey:   rekey.New(db, ls, rm),
 		Aliases: aliases,
 		Reports: reports.New(db),
+		Watch:   w,
 	}
 }
 
