@@ -41,6 +41,9 @@ func TestRateLimitFleetShare(t *testing.T) {
 	status, hdr, out = e.send(http.MethodGet, "/v1/me", alice, nil, nil)
 	expectError(t, "after the fleet shrank", status, e.object(http.MethodGet, "/v1/me", status, out), http.StatusTooManyRequests, "too_many_requests",
 		"too many requests: this tenant may send 0.001 per second (bursts of 7); retry after 1000 s")
+	if ra := hdr.Get("Retry-After"); ra != "1000" {
+		t.Fatalf("Retry-After = %q, want 1000 (one token at the whole rate)", ra)
+	}
 
 	// A new bucket in a fleet of one holds 7; bob spends 2, then the fleet
 	// grows to 3: the 5 left are capped at the new burst, 3.
