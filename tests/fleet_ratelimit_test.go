@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -60,6 +61,15 @@ func TestFleetRateLimit(t *testing.T) {
 		// A replica that stops (cleanly: it deletes its row) gives its
 		// share back: the others count two.
 		replicas[2].stop(t)
+		db, err := sql.Open("postgres", replicas[2].DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var rows int
+		if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM fleet_replicas`).Scan(&rows); err != nil || rows != 2 {
+			t.Fatalf("heartbeat rows after one replica stopped: %d (%v), want 2: a clean shutdown deletes its row", rows, err)
+		}
 		waitFleet(t, replicas[0], 2)
 		waitFleet(t, replicas[1], 2)
 	})
