@@ -546,7 +546,9 @@ func (s *server) run(ctx context.Context) error {
 	stopFleet()
 	beating.Wait()
 	if joined {
-		lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Waiting longer than a heartbeat gains nothing: the others count
+		// this replica out within two anyway.
+		lctx, lcancel := context.WithTimeout(context.Background(), s.cfg.FleetHeartbeat)
 		if lerr := s.fleet.Leave(lctx); lerr != nil {
 			s.logger.Warn("fleet: could not delete this replica's heartbeat row; the others count it out within two heartbeats", "error", lerr.Error())
 		}
