@@ -500,9 +500,10 @@ func (s *server) run(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The fleet heartbeat runs from a successful startup (its table is
-	// migrated then) until the server has stopped serving; a clean
-	// shutdown deletes this replica's row, and the others take its share
-	// back at their next beat.
+	// migrated then) until shutdown begins (ctx ends: the listener closes
+	// and nothing new is admitted); once the requests in flight are done,
+	// this replica's row is deleted, and the others take its share back at
+	// their next beat.
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	defer stopFleet()
 	var (
