@@ -58,20 +58,33 @@ func TestFleetRateLimit(t *testing.T) {
 			t.Errorf("%d answers 2xx: less than half the budget %.0f", ok, b)
 		}
 
-		// A replica that stops (cleanly: it deletes its row) gives its
-		// share back: the others count two.
-		replicas[2].stop(t)
-		db, err := sql.Open("postgres", replicas[2].DatabaseURL)
+		db, err := sql.Open("postgres", replicas[0].DatabaseURL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		var rows int
-		if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM fleet_replicas`).Scan(&rows); err != nil || rows != 2 {
-			t.Fatalf("heartbeat rows after one replica stopped: %d (%v), want 2: a clean shutdown deletes its row", rows, err)
+		rows := func() int {
+			var n int
+			if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM fleet_replicas`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}
+
+		// A replica that dies (SIGKILL: its row stays) gives its share
+		// back: the others count two.
+		replicas[2].kill(t)
 		waitFleet(t, replicas[0], 2)
 		waitFleet(t, replicas[1], 2)
+		if n := rows(); n != 3 {
+			t.Fatalf("heartbeat rows after a replica died: %d, want 3 (a dead replica's row is deleted only after a minute)", n)
+		}
+		// One that stops cleanly deletes its row.
+		replicas[1].stop(t)
+		if n := rows(); n != 2 {
+			t.Fatalf("heartbeat rows after a replica stopped cleanly: %d, want 2", n)
+		}
+		waitFleet(t, replicas[0], 1)
 	})
 
 	t.Run("per-process", func(t *testing.T) {
@@ -158,4 +171,15 @@ func hammer(t *testing.T, replicas []*server, token string, d time.Duration) (in
 	}
 	t.Logf("%d answers 429", refused)
 	return ok, per, elapsed
+}
+
+// kill ends the server with SIGKILL, as a crash would: it deletes nothing
+// on its way out.
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
+	s.err = nil // killed on purpose: stop does not report it
 }
