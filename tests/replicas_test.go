@@ -56,6 +56,11 @@ func runReplicaRace(t *testing.T, setup replicaSetup) {
 	for range 3 {
 		replicas = append(replicas, startServerWith(t, serverOptions{DatabaseURL: setup.ServeURL, Env: serveEnv}))
 	}
+	// The fleet heartbeat (the rate limit's membership) works on this
+	// connection, direct or through PgBouncer: every replica counts three.
+	for _, s := range replicas {
+		waitFleet(t, s, 3)
+	}
 	// Tenants are created through different replicas; tokens work on all.
 	const tenants = 12
 	tokens := make([]string, tenants)

@@ -159,7 +159,8 @@ func pull(seq func(func(client.Event, error) bool)) (func() (client.Event, error
 	return next, func() { close(done) }
 }
 
-// kill ends s with SIGKILL (a crash, not a shutdown).
+// kill ends s with SIGKILL (a crash, not a shutdown: a replica deletes
+// nothing on its way out, its fleet heartbeat row included).
 func (s *server) kill(t *testing.T) {
 	t.Helper()
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)

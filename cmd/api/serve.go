@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/repolock/repolock/internal/console"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/fairshare"
+	"github.com/repolock/repolock/internal/fleet"
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/leases"
@@ -107,6 +109,10 @@ type serveConfig struct {
 	// RateRowsPerRequest charges batch routes one request per this many
 	// rows (httpapi.Config.RateRowsPerRequest); 0: a batch is one request.
 	RateRowsPerRequest int
+	// FleetHeartbeat is the heartbeat of the fleet membership
+	// (internal/fleet) that makes RateLimit and RateBurst the fleet's: each
+	// replica enforces its share. 0 is off: the limits are per process.
+	FleetHeartbeat time.Duration
 	// PoolShare is the fraction of the pool's connections one tenant's
 	// requests may hold at once (fairshare.ShareOf: at least one, and one
 	// left for the others); 0 is off. PoolShareWait is how long a request
@@ -161,6 +167,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		shutdownTimeout = fs.Duration("shutdown-timeout", fs.envDuration("SHUTDOWN_TIMEOUT", 20*time.Second), "how long requests in flight may take to finish at shutdown [SHUTDOWN_TIMEOUT]")
 		rateLimit       = fs.Float64("rate-limit", fs.envFloat("RATE_LIMIT", httpapi.DefaultRateLimit), "requests per second each tenant token may sustain (token bucket); 0 is off (no limit) [RATE_LIMIT]")
 		rateBurst       = fs.Int("rate-burst", fs.envInt("RATE_BURST", httpapi.DefaultRateBurst), fmt.Sprintf("requests a tenant may send at once above the rate; 0 means the default, %d [RATE_BURST]", httpapi.DefaultRateBurst))
+		fleetHeartbeat  = fs.Duration("fleet-heartbeat", fs.envDuration("FLEET_HEARTBEAT", fleet.DefaultHeartbeat), "heartbeat of the replicas sharing the database: each counts the others and enforces its share of --rate-limit and --rate-burst, which are then the fleet's; a replica that dies is counted out within two heartbeats; at least 100ms; 0 is off (the limits are per process) [FLEET_HEARTBEAT]")
 		rateRows        = fs.Int("rate-rows-per-request", fs.envInt("RATE_ROWS_PER_REQUEST", httpapi.DefaultRateRowsPerRequest), "rows of a batch route (sync events, sync listings) that cost as much as one request in the rate limit; 0: a batch counts as one request [RATE_ROWS_PER_REQUEST]")
 		poolShare       = fs.Float64("tenant-pool-share", fs.envFloat("TENANT_POOL_SHARE", fairshare.DefaultShareFraction), "fraction of --db-max-open-conns one tenant's requests may hold at once (at least 1, always leaving 1 for the others); the admin token has its own; 0 is off [TENANT_POOL_SHARE]")
 		poolShareWait   = fs.Duration("tenant-pool-wait", fs.envDuration("TENANT_POOL_WAIT", fairshare.DefaultWait), "how long a request beyond its tenant's share waits for a slot before 429 with Retry-After; 0 answers 429 at once [TENANT_POOL_WAIT]")
@@ -201,6 +208,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		AliasRefresh:        *aliasRefresh,
 		PreparedStatements:  common.db.prepared,
 		RateRowsPerRequest:  *rateRows,
+		FleetHeartbeat:      *fleetHeartbeat,
 		PoolShare:           *poolShare,
 		PoolShareWait:       *poolShareWait,
 		Events:              eventsConfig{Heartbeat: *eventsHeartbeat, WriteTimeout: *eventsWrite, PollInterval: *eventsPoll, WatchersPerTenant: *watchers},
@@ -256,6 +264,8 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	switch {
 	case cfg.RateRowsPerRequest < 0:
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--rate-rows-per-request must not be negative (0 is off)")}
+	case cfg.FleetHeartbeat != 0 && cfg.FleetHeartbeat < minFleetHeartbeat:
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--fleet-heartbeat must be at least %v (0 is off), got %v", minFleetHeartbeat, cfg.FleetHeartbeat)}
 	case !(cfg.PoolShare >= 0 && cfg.PoolShare <= 1):
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--tenant-pool-share must be a fraction from 0 (off) to 1, got %g", cfg.PoolShare)}
 	case cfg.PoolShareWait < 0:
@@ -263,6 +273,10 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	}
 	return cfg, nil
 }
+
+// minFleetHeartbeat is the shortest --fleet-heartbeat: every replica
+// writes a row four times per second then.
+const minFleetHeartbeat = 100 * time.Millisecond
 
 // server is api serve built from its serveConfig: the pools, the services
 // and the HTTP server, each built once. close releases what buildServer
@@ -284,7 +298,10 @@ type server struct {
 	// POST /v1/admin/gc and the console share it.
 	collector    *gc.Collector
 	repositories *repostate.Service
-	sync         *syncstate.Store
+	// fleet is this replica's membership of the fleet (heartbeat, fleet
+	// size); nil when FLEET_HEARTBEAT is 0.
+	fleet *fleet.Membership
+	sync  *syncstate.Store
 	// watch is the process's one watch: its LISTEN connection and event
 	// buffer serve every GET /v1/events.
 	watch *watch.Service
@@ -424,6 +441,18 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		}
 		logger.Info("tenant pool share", "connections", share.Share(), "pool", size, "wait", cfg.PoolShareWait.String())
 	}
+	// The fleet: the replicas on this database count each other so that
+	// the per-tenant rate limit is the fleet's (docs/operations.md, "Rate
+	// limit"). run starts its heartbeat once the database is migrated.
+	var replicas func() int
+	if cfg.FleetHeartbeat > 0 {
+		host, _ := os.Hostname()
+		if s.fleet, err = fleet.New(fleet.Config{DB: s.db, Heartbeat: cfg.FleetHeartbeat, Now: time.Now, Logger: logger,
+			Registry: reg, Host: host, PID: os.Getpid()}); err != nil {
+			return nil, err
+		}
+		replicas = s.fleet.Replicas
+	}
 	s.http, err = httpapi.New(httpapi.Config{
 		DB:                  s.db,
 		Logger:              logger,
@@ -434,6 +463,7 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		RequestTimeout:      cfg.RequestTimeout,
 		RateLimit:           cfg.RateLimit,
 		RateBurst:           cfg.RateBurst,
+		RateReplicas:        replicas,
 		RateRowsPerRequest:  cfg.RateRowsPerRequest,
 		Share:               share,
 		Registry:            reg,
@@ -516,9 +546,18 @@ func (s *server) run(ctx context.Context) error {
 	// A fatal startup error stops the server.
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The fleet heartbeat runs from a successful startup (its table is
+	// migrated then) until shutdown begins (ctx ends: the listener closes
+	// and nothing new is admitted); once the requests in flight are done,
+	// this replica's row is deleted, and the others take its share back at
+	// their next beat.
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	defer stopFleet()
 	var (
 		startErr error
 		started  = make(chan struct{})
+		beating  sync.WaitGroup
+		joined   bool
 	)
 	go func() {
 		defer close(started)
@@ -535,14 +574,34 @@ func (s *server) run(ctx context.Context) error {
 			}
 			return s.svc.aliases.Reload(ctx)
 		}
-		if err := startup(sctx, s.db, s.logger, migrate, loadRules, s.tokens, s.ready); err != nil && sctx.Err() == nil {
+		err := startup(sctx, s.db, s.logger, migrate, loadRules, s.tokens, s.ready)
+		switch {
+		case err != nil && sctx.Err() == nil:
 			startErr = err
 			cancel(err)
+		case err == nil && s.fleet != nil:
+			joined = true
+			beating.Add(1)
+			go func() {
+				defer beating.Done()
+				s.fleet.Run(fleetCtx)
+			}()
 		}
 	}()
 	err = s.http.Serve(sctx, ln, s.cfg.ShutdownTimeout)
 	cancel(nil)
 	<-started
+	stopFleet()
+	beating.Wait()
+	if joined {
+		// Waiting longer than a heartbeat gains nothing: the others count
+		// this replica out within two anyway.
+		lctx, lcancel := context.WithTimeout(context.Background(), s.cfg.FleetHeartbeat)
+		if lerr := s.fleet.Leave(lctx); lerr != nil {
+			s.logger.Warn("fleet: could not delete this replica's heartbeat row; the others count it out within two heartbeats", "error", lerr.Error())
+		}
+		lcancel()
+	}
 	if startErr != nil {
 		return startErr
 	}

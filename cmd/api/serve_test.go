@@ -82,6 +82,32 @@ func TestServeConfigOff(t *testing.T) {
 		}
 		srv.close()
 	}
+	// The fleet heartbeat: on by default (the rate limit is the fleet's),
+	// off at 0 (per-process limits, no membership built).
+	if on.FleetHeartbeat != 2*time.Second {
+		t.Errorf("fleet heartbeat default: %v", on.FleetHeartbeat)
+	}
+	for name, off := range map[string]serveConfig{
+		"environment": read(t, map[string]string{"FLEET_HEARTBEAT": "0"}),
+		"flags":       read(t, nil, "--fleet-heartbeat", "0"),
+	} {
+		if off.FleetHeartbeat != 0 {
+			t.Errorf("%s: fleet heartbeat not off: %v", name, off.FleetHeartbeat)
+		}
+		srv, err := buildServer(off, discard)
+		if err != nil {
+			t.Fatalf("%s: buildServer: %v", name, err)
+		}
+		if srv.fleet != nil {
+			t.Errorf("%s: FLEET_HEARTBEAT=0 built a fleet membership", name)
+		}
+		srv.close()
+	}
+	if srv, err := buildServer(on, discard); err != nil || srv.fleet == nil {
+		t.Errorf("defaults: buildServer %v, fleet membership %v; want one", err, srv != nil && srv.fleet != nil)
+	} else {
+		srv.close()
+	}
 	// A negative rate was always off too; it is 0 in the configuration.
 	if got := read(t, map[string]string{"RATE_LIMIT": "-5"}).RateLimit; got != 0 {
 		t.Errorf("RATE_LIMIT=-5: RateLimit %v, want 0 (off)", got)
@@ -109,6 +135,8 @@ func TestServeConfigRefused(t *testing.T) {
 		{map[string]string{"TENANT_POOL_SHARE": "-0.1"}, 2, "--tenant-pool-share must be a fraction from 0 (off) to 1"},
 		{map[string]string{"TENANT_POOL_WAIT": "-1ms"}, 2, "--tenant-pool-wait must not be negative"},
 		{map[string]string{"RATE_ROWS_PER_REQUEST": "-1"}, 2, "--rate-rows-per-request must not be negative"},
+		{map[string]string{"FLEET_HEARTBEAT": "50ms"}, 2, "--fleet-heartbeat must be at least 100ms (0 is off), got 50ms"},
+		{map[string]string{"FLEET_HEARTBEAT": "-1s"}, 2, "--fleet-heartbeat must be at least 100ms (0 is off), got -1s"},
 	} {
 		envv := map[string]string{"DATABASE_URL": "postgres://nowhere.invalid/db"}
 		for k, v := range tc.env {

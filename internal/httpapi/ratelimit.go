@@ -29,25 +29,52 @@ const (
 // tenantLimiter is one token bucket per tenant (golang.org/x/time/rate).
 // Buckets idle for longer than it takes to refill are dropped by sweep, so
 // the map stays as small as the set of recently active tenants.
+//
+// limit and burst are the fleet's: with replicas (fleet.Membership.Replicas)
+// each bucket holds this process's share, limit/n and ceil(burst/n) (at
+// least 1), for the n the fleet had when the bucket was last used; a bucket
+// is resized at its next use after n changes (SetLimitAt and SetBurstAt:
+// the tokens it holds are kept, capped at the new burst).
 type tenantLimiter struct {
-	limit rate.Limit
-	burst int
+	limit    rate.Limit
+	burst    int
+	replicas func() int // nil: this process alone
 
 	mu        sync.Mutex
-	buckets   map[string]*rate.Limiter
+	buckets   map[string]*bucket
 	lastSweep time.Time
 }
 
-// newTenantLimiter returns the limiter of Config.RateLimit and RateBurst,
-// or nil when the limit is off (0, as on the --rate-limit flag).
-func newTenantLimiter(limit float64, burst int) *tenantLimiter {
+// bucket is a tenant's token bucket sized for a fleet of n replicas.
+type bucket struct {
+	*rate.Limiter
+	n int
+}
+
+// newTenantLimiter returns the limiter of Config.RateLimit, RateBurst and
+// RateReplicas, or nil when the limit is off (0, as on the --rate-limit
+// flag).
+func newTenantLimiter(limit float64, burst int, replicas func() int) *tenantLimiter {
 	if limit <= 0 {
 		return nil // off
 	}
 	if burst <= 0 {
 		burst = DefaultRateBurst
 	}
-	return &tenantLimiter{limit: rate.Limit(limit), burst: burst, buckets: map[string]*rate.Limiter{}}
+	return &tenantLimiter{limit: rate.Limit(limit), burst: burst, replicas: replicas, buckets: map[string]*bucket{}}
+}
+
+// fleet returns the number of replicas sharing the limits (at least 1).
+func (l *tenantLimiter) fleet() int {
+	if l.replicas == nil {
+		return 1
+	}
+	return max(l.replicas(), 1)
+}
+
+// share is this process's rate and burst in a fleet of n replicas.
+func (l *tenantLimiter) share(n int) (rate.Limit, int) {
+	return l.limit / rate.Limit(n), max((l.burst+n-1)/n, 1)
 }
 
 // wait returns how long the tenant must wait before its next request is
@@ -64,17 +91,26 @@ func (l *tenantLimiter) wait(tenantID string, now time.Time) time.Duration {
 	return d
 }
 
-// bucket returns the tenant's bucket, made full when it has none.
+// bucket returns the tenant's bucket sized for the fleet as it is now,
+// made full when it has none.
 func (l *tenantLimiter) bucket(tenantID string, now time.Time) *rate.Limiter {
+	n := l.fleet()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sweep(now)
 	b, ok := l.buckets[tenantID]
-	if !ok {
-		b = rate.NewLimiter(l.limit, l.burst)
+	switch {
+	case !ok:
+		lim, burst := l.share(n)
+		b = &bucket{Limiter: rate.NewLimiter(lim, burst), n: n}
 		l.buckets[tenantID] = b
+	case b.n != n:
+		lim, burst := l.share(n)
+		b.SetLimitAt(now, lim)
+		b.SetBurstAt(now, burst)
+		b.n = n
 	}
-	return b
+	return b.Limiter
 }
 
 // charge takes n more tokens from the tenant's bucket, at most its burst,
@@ -84,7 +120,8 @@ func (l *tenantLimiter) charge(tenantID string, n int, now time.Time) {
 	if n <= 0 {
 		return
 	}
-	l.bucket(tenantID, now).ReserveN(now, min(n, l.burst))
+	b := l.bucket(tenantID, now)
+	b.ReserveN(now, min(n, b.Burst()))
 }
 
 // sweep drops full buckets (a bucket refilled to its burst is the same as a
@@ -95,7 +132,7 @@ func (l *tenantLimiter) sweep(now time.Time) {
 	}
 	l.lastSweep = now
 	for id, b := range l.buckets {
-		if b.TokensAt(now) >= float64(l.burst) {
+		if b.TokensAt(now) >= float64(b.Burst()) {
 			delete(l.buckets, id)
 		}
 	}
@@ -113,8 +150,12 @@ func (s *Server) limitTenant(c echo.Context, tenantID string) error {
 		return nil
 	}
 	secs := retryAfter(c, d)
-	return repolock.Errorf(repolock.ETooManyRequests, "too many requests: this tenant may send %g per second (bursts of %d)%s; retry after %d s",
-		float64(s.limiter.limit), s.limiter.burst, s.rowsNote(), secs)
+	fleet := ""
+	if n := s.limiter.fleet(); n > 1 {
+		fleet = fmt.Sprintf(" across the %d replicas of this service", n)
+	}
+	return repolock.Errorf(repolock.ETooManyRequests, "too many requests: this tenant may send %g per second (bursts of %d)%s%s; retry after %d s",
+		float64(s.limiter.limit), s.limiter.burst, fleet, s.rowsNote(), secs)
 }
 
 // retryAfter sets Retry-After to d in whole seconds, at least 1, and

@@ -60,6 +60,12 @@ type Config struct {
 	// DefaultRateBurst). The admin token is not limited.
 	RateLimit float64
 	RateBurst int
+	// RateReplicas, when not nil, is the number of replicas RateLimit and
+	// RateBurst are shared by (fleet.Membership.Replicas: read on every
+	// limited request, so it must not block): this process enforces
+	// RateLimit/n and ceil(RateBurst/n) per tenant, and the fleet the
+	// configured figures. Nil: the limits are this process's alone.
+	RateReplicas func() int
 	// RateRowsPerRequest charges the batch routes by their rows: a sync
 	// batch of events or a listing of repositories costs one request per
 	// RateRowsPerRequest rows (serve's default DefaultRateRowsPerRequest);
@@ -186,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 		Registry: cfg.Registry,
 		cfg:      cfg,
 		metrics:  metrics,
-		limiter:  newTenantLimiter(cfg.RateLimit, cfg.RateBurst),
+		limiter:  newTenantLimiter(cfg.RateLimit, cfg.RateBurst, cfg.RateReplicas),
 		stopping: make(chan struct{}),
 	}
 	e.HTTPErrorHandler = s.handleError
