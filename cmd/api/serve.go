@@ -324,6 +324,23 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if s.svc, err = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB, reg, s.leaseNotify); err != nil {
 		return nil, err
 	}
+	// Startup readiness (database answered, migrations applied, rules
+	// loaded); /readyz also pings the database on every probe.
+	ready := s.ready
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "repolock_ready",
+		Help: "1 once the process finished starting (the database answered, migrations applied, keying rules loaded), 0 before: /readyz and the API answer 503 meanwhile."},
+		func() float64 {
+			if ready.get() != nil {
+				return 0
+			}
+			return 1
+		}))
+	// Locks left stale by a rules change, as of the last load of the
+	// rules (ALIAS_REFRESH): no query at scrape time.
+	aliases := s.svc.aliases
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "repolock_rekey_stale_rules_versions",
+		Help: "Older keying rules versions that stored locks are still keyed under, as of the last load of the rules (0: nothing left to re-key; above 0 after an upgrade until `api rekey` completes, or while re-keying conflicts stay open)."},
+		func() float64 { return float64(aliases.StaleVersions()) }))
 	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
 		return nil, err
 	}
