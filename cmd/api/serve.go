@@ -119,6 +119,9 @@ type serveConfig struct {
 	// AliasRefresh is how often the normalizer aliases are reloaded; it
 	// cannot be off (the aliases decide the lock keys).
 	AliasRefresh time.Duration
+	// MetricsRefresh is how often the figures exported from the database
+	// (the newest successful GC run) are read again; it cannot be off.
+	MetricsRefresh time.Duration
 	// GC is the scheduled collections; Interval 0 is off.
 	GC gcLoopConfig
 	// Retention of lock events and GC runs, enforced by every collection
@@ -152,6 +155,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		poolShare       = fs.Float64("tenant-pool-share", fs.envFloat("TENANT_POOL_SHARE", fairshare.DefaultShareFraction), "fraction of --db-max-open-conns one tenant's requests may hold at once (at least 1, always leaving 1 for the others); the admin token has its own; 0 is off [TENANT_POOL_SHARE]")
 		poolShareWait   = fs.Duration("tenant-pool-wait", fs.envDuration("TENANT_POOL_WAIT", fairshare.DefaultWait), "how long a request beyond its tenant's share waits for a slot before 429 with Retry-After; 0 answers 429 at once [TENANT_POOL_WAIT]")
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
+		metricsRefresh  = fs.Duration("metrics-refresh", fs.envDuration("METRICS_REFRESH", 30*time.Second), "how often the metrics read from the database (repolock_gc_fleet_last_success_timestamp_seconds) are refreshed; must be positive [METRICS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 		gcLoop          gcLoopFlags
 		pool            poolFlags
@@ -182,6 +186,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateLimit:           max(*rateLimit, 0), // a negative rate was always off too
 		RateBurst:           *rateBurst,
 		AliasRefresh:        *aliasRefresh,
+		MetricsRefresh:      *metricsRefresh,
 		PreparedStatements:  common.db.prepared,
 		RateRowsPerRequest:  *rateRows,
 		PoolShare:           *poolShare,
@@ -232,6 +237,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	if cfg.AliasRefresh <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
 	}
+	if cfg.MetricsRefresh <= 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--metrics-refresh must be positive")}
+	}
 	switch {
 	case cfg.RateRowsPerRequest < 0:
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--rate-rows-per-request must not be negative (0 is off)")}
@@ -259,6 +267,9 @@ type server struct {
 	tokens *tenants.Cache
 	// leaseNotify is the LISTEN session of waiting lease acquisitions.
 	leaseNotify *leases.Notifier
+	// gcWatch exports the newest successful GC run of the fleet (run
+	// refreshes it).
+	gcWatch *gcWatch
 	// collector is the process's one GC collector: the scheduled loop,
 	// POST /v1/admin/gc and the console share it.
 	collector    *gc.Collector
@@ -344,6 +355,8 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
 		return nil, err
 	}
+	s.gcWatch = &gcWatch{collector: s.collector, logger: logger}
+	reg.MustRegister(s.gcWatch)
 	s.repositories = repostate.NewPostgres(s.db, repostate.Config{Logger: logger})
 	s.sync = syncstate.New(s.db, syncstate.Options{Logger: logger})
 
@@ -467,6 +480,9 @@ func (s *server) run(ctx context.Context) error {
 		})
 	}()
 	defer func() { stopAliases(); <-cleanupDone }()
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); s.gcWatch.run(aliasCtx, s.cfg.MetricsRefresh) }()
+	defer func() { stopAliases(); <-watchDone }()
 	stopGC := startGCLoop(ctx, s.collector, s.cfg.GC, s.logger)
 	defer stopGC()
 	stopDebug, err := serveDebug(s.cfg.DebugListen, s.logger)
