@@ -89,6 +89,12 @@ func tenantID(t *testing.T, s *server, name string) string {
 // fire.
 func TestAlertingMetricsExist(t *testing.T) {
 	s := startServerWith(t, serverOptions{Args: []string{"--rate-limit", "1", "--rate-burst", "3", "--metrics-refresh", "100ms", "--gc-interval", "0"}})
+	// No collection recorded yet: the fleet's GC gauge is absent, not 0
+	// (0 would read as "last success in 1970").
+	time.Sleep(300 * time.Millisecond) // a few METRICS_REFRESH
+	if _, names := scrape(t, s); names["repolock_gc_fleet_last_success_timestamp_seconds"] {
+		t.Fatal("repolock_gc_fleet_last_success_timestamp_seconds is exported before any collection")
+	}
 	alice, bob := s.createTenant(t, "alice"), s.createTenant(t, "bob")
 	if status, resp := s.do(t, http.MethodPost, "/v1/locks/acquire", alice, map[string]any{"repo_url": "https://github.com/acme/alerting"}); status != http.StatusOK && status != http.StatusCreated {
 		t.Fatalf("alice acquires: %d %v", status, resp)
