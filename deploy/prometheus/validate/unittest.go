@@ -20,8 +20,8 @@ import (
 // RuleTests is a rules unit test file in promtool's format (`promtool test
 // rules`): series in, the alerts firing at each eval_time out. Run
 // implements the part of it these rules use: input_series, alert_rule_test
-// with exp_labels (and exp_annotations when given), one evaluation a
-// evaluation_interval from Unix time 0, as promtool does.
+// with exp_labels and exp_annotations (compared exactly, as promtool
+// does), one evaluation every evaluation_interval from Unix time 0.
 type RuleTests struct {
 	RuleFiles          []string       `yaml:"rule_files"`
 	EvaluationInterval model.Duration `yaml:"evaluation_interval"`
@@ -180,26 +180,19 @@ func check(groups map[string]*rules.Group, at AlertTest) []error {
 	if !slices.Equal(want, have) {
 		return []error{fmt.Errorf("eval_time %s, alert %s firing:\n  got  %v\n  want %v", at.EvalTime, at.Alertname, have, want)}
 	}
-	// Annotations, where the test gives them: each given one must be the
-	// firing alert's, after templating.
+	// Annotations, as promtool compares them: exactly those given (none
+	// given: none expected), after templating.
 	var errs []error
 	for _, e := range at.ExpAlerts {
-		if len(e.ExpAnnotations) == 0 {
-			continue
-		}
 		l := map[string]string{labels.AlertName: at.Alertname}
 		for k, v := range e.ExpLabels {
 			l[k] = v
 		}
 		key := labels.FromMap(l)
+		want := labels.FromMap(e.ExpAnnotations)
 		for i, g := range got {
-			if !labels.Equal(g, key) {
-				continue
-			}
-			for k, v := range e.ExpAnnotations {
-				if have := gotAnn[i].Get(k); have != v {
-					errs = append(errs, fmt.Errorf("eval_time %s, alert %s %s: annotation %s is %q, want %q", at.EvalTime, at.Alertname, key, k, have, v))
-				}
+			if labels.Equal(g, key) && !labels.Equal(gotAnn[i], want) {
+				errs = append(errs, fmt.Errorf("eval_time %s, alert %s %s: annotations\n  got  %s\n  want %s", at.EvalTime, at.Alertname, key, gotAnn[i], want))
 			}
 		}
 	}
