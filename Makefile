@@ -133,9 +133,17 @@ install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repoloc
 		SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" scripts/install.sh
 
 .PHONY: test-deploy
-test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, compose.yaml, make install + systemd-analyze verify
+test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, the alert rules (parse, unit tests) and dashboard, compose.yaml, make install + systemd-analyze verify
 	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd deploy/prometheus/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@if command -v promtool >/dev/null; then \
+		cd deploy/prometheus && promtool check rules repolock-rules.yml && promtool test rules repolock-rules.test.yml; \
+	else echo "test-deploy: no promtool here: the rules' unit tests ran on the prometheus Go module only (Debian's prometheus package has promtool)"; fi
 	@scripts/test-install.sh
+
+.PHONY: prometheus-rules
+prometheus-rules: ## regenerate the PrometheusRule and deploy/prometheus/metrics.txt from deploy/prometheus/repolock-rules.yml and deploy/grafana/repolock.json
+	cd deploy/prometheus/validate && $(GO) test -count=1 -run 'TestPrometheusRuleIsGenerated|TestMetricsList' ./... -update
 
 .PHONY: image
 image: ## build the container image localhost/repolock:VERSION with buildah, no base image pulled (scripts/image.sh)

@@ -126,6 +126,9 @@ type serveConfig struct {
 	// AliasRefresh is how often the normalizer aliases are reloaded; it
 	// cannot be off (the aliases decide the lock keys).
 	AliasRefresh time.Duration
+	// MetricsRefresh is how often the figures exported from the database
+	// (the newest successful GC run) are read again; it cannot be off.
+	MetricsRefresh time.Duration
 	// GC is the scheduled collections; Interval 0 is off.
 	GC gcLoopConfig
 	// Retention of lock events and GC runs, enforced by every collection
@@ -172,6 +175,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		poolShare       = fs.Float64("tenant-pool-share", fs.envFloat("TENANT_POOL_SHARE", fairshare.DefaultShareFraction), "fraction of --db-max-open-conns one tenant's requests may hold at once (at least 1, always leaving 1 for the others); the admin token has its own; 0 is off [TENANT_POOL_SHARE]")
 		poolShareWait   = fs.Duration("tenant-pool-wait", fs.envDuration("TENANT_POOL_WAIT", fairshare.DefaultWait), "how long a request beyond its tenant's share waits for a slot before 429 with Retry-After; 0 answers 429 at once [TENANT_POOL_WAIT]")
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
+		metricsRefresh  = fs.Duration("metrics-refresh", fs.envDuration("METRICS_REFRESH", 30*time.Second), "how often the metrics read from the database (repolock_gc_fleet_last_success_timestamp_seconds) are refreshed; must be positive [METRICS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 		eventsHeartbeat = fs.Duration("events-heartbeat", fs.envDuration("EVENTS_HEARTBEAT", httpapi.DefaultEventsHeartbeat), "how often an idle event stream (GET /v1/events) gets a heartbeat; must be positive [EVENTS_HEARTBEAT]")
 		eventsWrite     = fs.Duration("events-write-timeout", fs.envDuration("EVENTS_WRITE_TIMEOUT", httpapi.DefaultEventsWriteTimeout), "how long a write to an event stream may block before the slow client is disconnected; must be positive [EVENTS_WRITE_TIMEOUT]")
@@ -206,6 +210,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateLimit:           max(*rateLimit, 0), // a negative rate was always off too
 		RateBurst:           *rateBurst,
 		AliasRefresh:        *aliasRefresh,
+		MetricsRefresh:      *metricsRefresh,
 		PreparedStatements:  common.db.prepared,
 		RateRowsPerRequest:  *rateRows,
 		FleetHeartbeat:      *fleetHeartbeat,
@@ -261,6 +266,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	if cfg.Events.Heartbeat <= 0 || cfg.Events.WriteTimeout <= 0 || cfg.Events.PollInterval <= 0 || cfg.Events.WatchersPerTenant <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--events-heartbeat, --events-write-timeout, --events-poll-interval and --watchers-per-tenant must be positive")}
 	}
+	if cfg.MetricsRefresh <= 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--metrics-refresh must be positive")}
+	}
 	switch {
 	case cfg.RateRowsPerRequest < 0:
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--rate-rows-per-request must not be negative (0 is off)")}
@@ -294,6 +302,9 @@ type server struct {
 	tokens *tenants.Cache
 	// leaseNotify is the LISTEN session of waiting lease acquisitions.
 	leaseNotify *leases.Notifier
+	// gcWatch exports the newest successful GC run of the fleet (run
+	// refreshes it).
+	gcWatch *gcWatch
 	// collector is the process's one GC collector: the scheduled loop,
 	// POST /v1/admin/gc and the console share it.
 	collector    *gc.Collector
@@ -384,9 +395,28 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	if s.svc, err = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB, reg, s.leaseNotify); err != nil {
 		return nil, err
 	}
+	// Startup readiness (database answered, migrations applied, rules
+	// loaded); /readyz also pings the database on every probe.
+	ready := s.ready
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "repolock_ready",
+		Help: "1 once the process finished starting (the database answered, migrations applied, keying rules loaded), 0 before: /readyz and the API answer 503 meanwhile."},
+		func() float64 {
+			if ready.get() != nil {
+				return 0
+			}
+			return 1
+		}))
+	// Locks left stale by a rules change, as of the last load of the
+	// rules (ALIAS_REFRESH): no query at scrape time.
+	aliases := s.svc.aliases
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "repolock_rekey_stale_rules_versions",
+		Help: "Older keying rules versions that stored locks are still keyed under, as of the last load of the rules (0: nothing left to re-key; above 0 after an upgrade until `api rekey` completes, or while re-keying conflicts stay open)."},
+		func() float64 { return float64(aliases.StaleVersions()) }))
 	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
 		return nil, err
 	}
+	s.gcWatch = &gcWatch{collector: s.collector, logger: logger}
+	reg.MustRegister(s.gcWatch)
 	s.repositories = repostate.NewPostgres(s.db, repostate.Config{Logger: logger})
 	s.sync = syncstate.New(s.db, syncstate.Options{Logger: logger})
 
@@ -527,6 +557,9 @@ func (s *server) run(ctx context.Context) error {
 	}()
 	defer func() { stopAliases(); <-cleanupDone }()
 	s.watch.Start(aliasCtx) // reads fail (and are retried) until startup is done
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); s.gcWatch.run(aliasCtx, s.cfg.MetricsRefresh) }()
+	defer func() { stopAliases(); <-watchDone }()
 	stopGC := startGCLoop(ctx, s.collector, s.cfg.GC, s.logger)
 	defer stopGC()
 	stopDebug, err := serveDebug(s.cfg.DebugListen, s.logger)

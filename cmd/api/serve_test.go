@@ -43,7 +43,7 @@ func TestServeConfigOff(t *testing.T) {
 
 	on := read(t, nil)
 	if on.RateLimit != httpapi.DefaultRateLimit || on.GC.Interval != 10*time.Minute || on.TokenCache.Size != tenants.DefaultCacheSize ||
-		on.DebugListen != "" || on.Retention != (gc.Retention{Events: gc.DefaultEventRetention, Runs: gc.DefaultRunRetention, RunsKept: gc.DefaultRunsKept}) {
+		on.DebugListen != "" || on.MetricsRefresh != 30*time.Second || on.Retention != (gc.Retention{Events: gc.DefaultEventRetention, Runs: gc.DefaultRunRetention, RunsKept: gc.DefaultRunsKept}) {
 		t.Fatalf("defaults: %+v", on)
 	}
 	if newTokenCache(on.TokenCache, "", nil, discard) == nil {
@@ -126,6 +126,7 @@ func TestServeConfigRefused(t *testing.T) {
 		{map[string]string{"GC_INTERVAL": "-1s"}, 1, "--gc-interval must not be negative"},
 		{map[string]string{"GC_BATCH_SIZE": "0"}, 1, "--gc-batch-size must be 1.."},
 		{map[string]string{"ALIAS_REFRESH": "0"}, 2, "--alias-refresh must be positive"},
+		{map[string]string{"METRICS_REFRESH": "0"}, 2, "--metrics-refresh must be positive"},
 		{map[string]string{"EVENT_RETENTION": "1h"}, 2, "event retention must be at least 24h"},
 		{map[string]string{"TOKEN_CACHE_SIZE": "-1"}, 1, "must not be negative"},
 		{map[string]string{"ADMIN_TOKEN": "x"}, 2, "the admin token is 1 bytes; at least 32 are required"},

@@ -211,3 +211,24 @@ func isUUID(s string) bool {
 	}
 	return true
 }
+
+// LastSuccess returns when the newest recorded successful run of kind (not
+// a dry run) finished, whichever process ran it (a replica's loop, a
+// CronJob, a timer, the API); ok is false when none is recorded. It walks
+// the runs newest first (gc_runs_started_at_idx) up to the newest success:
+// retention bounds the table.
+func (c *Collector) LastSuccess(ctx context.Context, kind Kind) (_ time.Time, ok bool, err error) {
+	defer repolock.WrapOp(&err, "gc.LastSuccess")
+	var finished time.Time
+	err = c.db.GetContext(ctx, &finished, `
+		SELECT finished_at FROM gc_runs
+		WHERE kind = $1 AND status = 'succeeded' AND NOT dry_run AND finished_at IS NOT NULL
+		ORDER BY started_at DESC, id DESC LIMIT 1`, kind)
+	if database.IsNoRows(err) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, database.MapError(err)
+	}
+	return finished, true, nil
+}

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -19,6 +20,12 @@ import (
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// The rate limit's decisions by tenant ID, for the tenants it has
+	// refused at least once since the process started (limited): one
+	// series per tenant that has hit its limit, not one per tenant.
+	rateChecked  *prometheus.CounterVec
+	rateRejected *prometheus.CounterVec
+	limited      sync.Map // tenant ID -> struct{}
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -32,13 +39,32 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Help:    "HTTP request latency by method, route template and status.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "status"}),
+		rateChecked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repolock_rate_limit_checked_requests_total",
+			Help: "Requests the per-tenant rate limit checked, by tenant ID; counted from the tenant's first refusal in this process (tenants never refused have no series).",
+		}, []string{"tenant"}),
+		rateRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "repolock_rate_limit_rejected_requests_total",
+			Help: "Requests the per-tenant rate limit refused (429), by tenant ID.",
+		}, []string{"tenant"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rateChecked, m.rateRejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("httpapi: register the HTTP metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// observeRateLimit counts one decision of the rate limit for tenantID.
+func (m *httpMetrics) observeRateLimit(tenantID string, refused bool) {
+	if refused {
+		m.limited.LoadOrStore(tenantID, struct{}{})
+		m.rateRejected.WithLabelValues(tenantID).Inc()
+	} else if _, ok := m.limited.Load(tenantID); !ok {
+		return
+	}
+	m.rateChecked.WithLabelValues(tenantID).Inc()
 }
 
 const headerRequestID = echo.HeaderXRequestID

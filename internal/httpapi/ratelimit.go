@@ -146,6 +146,7 @@ func (s *Server) limitTenant(c echo.Context, tenantID string) error {
 		return nil
 	}
 	d := s.limiter.wait(tenantID, time.Now())
+	s.metrics.observeRateLimit(tenantID, d > 0)
 	if d <= 0 {
 		return nil
 	}

@@ -61,6 +61,17 @@ func Unloaded(db *database.DB, logger *slog.Logger) *Source {
 // Keying returns the rules of the last successful load.
 func (s *Source) Keying() *locks.Keying { return s.current.Load() }
 
+// StaleVersions is the number of older rules versions whose locks the
+// last load found stored (shadows and versions this binary cannot key
+// under): 0 when every lock is keyed under the current rules, or only
+// under them and open conflicts' versions once nothing else is stale. A
+// rules version change leaves it above 0 until `api rekey` completes; the
+// metric repolock_rekey_stale_rules_versions exports it.
+func (s *Source) StaleVersions() int {
+	k := s.current.Load()
+	return len(k.Shadows) + len(k.Unchecked)
+}
+
 // Refresh is Reload (the alias routes call it after a change).
 func (s *Source) Refresh(ctx context.Context) error { return s.Reload(ctx) }
 

@@ -64,6 +64,7 @@ var types = map[string]func() any{
 	"batch/v1/CronJob":              func() any { return &batchv1.CronJob{} },
 	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
 }
 
 // Render runs kustomize on the kustomization in dir (on disk) and decodes

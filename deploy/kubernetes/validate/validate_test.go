@@ -204,6 +204,20 @@ components:
 	if sm.Namespace != "repolock" || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
 		t.Errorf("ServiceMonitor namespace %q endpoints %+v, want repolock, one endpoint port http path /metrics", sm.Namespace, sm.Spec.Endpoints)
 	}
+	// The alerts (generated from deploy/prometheus/repolock-rules.yml;
+	// deploy/prometheus/validate checks they are the same rules and parse).
+	pr := one[*monitoringv1.PrometheusRule](t, objs, "PrometheusRule")
+	alerts := map[string]bool{}
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" && r.Expr.String() != "" {
+				alerts[r.Alert] = true
+			}
+		}
+	}
+	if pr.Namespace != "repolock" || !alerts["RepolockGCNotSucceeding"] || !alerts["RepolockDatabaseUnavailable"] {
+		t.Errorf("PrometheusRule namespace %q alerts %v, want repolock with RepolockGCNotSucceeding and RepolockDatabaseUnavailable", pr.Namespace, alerts)
+	}
 }
 
 // TestViolations proves that the checks catch what they are meant to: each
