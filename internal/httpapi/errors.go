@@ -106,6 +106,25 @@ type ErrorBody struct {
 	Error map[string]any `json:"error"`
 }
 
+// StatusClientClosedRequest is the status recorded for a request whose
+// client went away before the answer (no answer is sent).
+const StatusClientClosedRequest = 499
+
+// ctxKeyClient holds the request's context as the server received it,
+// before the request timeout wrapped it (Server.timeout).
+const ctxKeyClient = "repolock.client_context"
+
+// clientGone reports whether the request's client went away: its own
+// context (not the request timeout's, which also ends when a handler
+// panics past it) is cancelled.
+func clientGone(c echo.Context) bool {
+	ctx := c.Request().Context()
+	if cc, ok := c.Get(ctxKeyClient).(context.Context); ok {
+		ctx = cc
+	}
+	return errors.Is(ctx.Err(), context.Canceled)
+}
+
 // handleError is Echo's error handler: every error of every route goes
 // through here and leaves as one JSON shape. Internal errors are logged with
 // their cause and answered with a generic message.
@@ -144,6 +163,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 				c.Response().Header().Set(echo.HeaderAllow, strings.Join(allowed, ", "))
 			}
 		}
+	case clientGone(c):
+		// The client went away: whatever the error says (a cancelled
+		// statement, a context error), nobody reads an answer, and the
+		// server did nothing wrong. 499 (nginx's "client closed request") keeps
+		// it out of the 5xx figures, the alerts and the error log; the
+		// access log and repolock_http_requests_total still show it.
+		c.Response().WriteHeader(StatusClientClosedRequest)
+		return
 	case errors.Is(err, context.DeadlineExceeded):
 		code, status, message = repolock.ETimeout, http.StatusGatewayTimeout, "the request timed out"
 		// Keep the details of a domain error around the timeout: a re-key

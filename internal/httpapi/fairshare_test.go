@@ -278,6 +278,24 @@ func TestRequestDeadlineFreesConnection(t *testing.T) {
 				if how == "timeout" && status != http.StatusGatewayTimeout {
 					t.Fatalf("timed-out request: status %d, want 504", status)
 				}
+				if how == "abandoned" {
+					// The server recorded 499, not a 5xx of its own.
+					deadline := time.Now().Add(30 * time.Second)
+					for {
+						_, _, raw := e.raw(http.MethodGet, "/metrics", "", "", nil)
+						metrics := string(raw)
+						if strings.Contains(metrics, `status="5`) {
+							t.Fatalf("an abandoned request counted as a 5xx:\n%s", grepLines(metrics, "repolock_http_requests_total"))
+						}
+						if strings.Contains(metrics, `status="499"`) {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("no 499 recorded:\n%s", grepLines(metrics, "repolock_http_requests_total"))
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
 				// The table is still locked: nothing of the request may
 				// still wait for it.
 				deadline := time.Now().Add(30 * time.Second)
@@ -298,4 +316,15 @@ func jsonReader(t testing.TB, body any) io.Reader {
 		return nil
 	}
 	return bytes.NewReader(mustJSON(t, body))
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

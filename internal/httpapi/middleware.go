@@ -287,6 +287,9 @@ func (s *Server) timeout(next echo.HandlerFunc) echo.HandlerFunc {
 		if c.Path() == eventsPath || c.Request().URL.Path == consoleEventsPath {
 			return next(c)
 		}
+		// The client's own context, which only the client's going away
+		// cancels (handleError tells that from a failure by it).
+		c.Set(ctxKeyClient, c.Request().Context())
 		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
