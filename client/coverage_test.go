@@ -39,6 +39,9 @@ var operationMethods = map[string][]string{
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
 	"listLeases": {"ListLeasesPage", "ListLeases"},
 	"watchEvents": {"Events", "Watch"},
+	"listLockDenials": {"ListLockDenials"}, "transferLock": {"TransferLock"}, "offerHandover": {"OfferHandover"},
+	"listHandovers": {"ListHandovers"}, "acceptHandover": {"AcceptHandover"}, "declineHandover": {"DeclineHandover"},
+	"withdrawHandover": {"WithdrawHandover"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client
