@@ -1,3 +1,5 @@
+DROP VIEW report_transfers;
+DROP INDEX repository_lock_events_transfers_idx;
 DROP TABLE lock_handovers;
 DROP INDEX repository_lock_events_denied_lock_idx;
 ALTER TABLE repository_lock_events DROP COLUMN details, DROP COLUMN actor;

@@ -38,3 +38,31 @@ CREATE TABLE lock_handovers (
 CREATE INDEX lock_handovers_to_user_idx ON lock_handovers (to_user_id, created_at, id);
 CREATE INDEX lock_handovers_from_user_idx ON lock_handovers (from_user_id, created_at, id);
 CREATE INDEX lock_handovers_expires_at_idx ON lock_handovers (expires_at);
+
+-- Transfers and handovers, newest first by api report (docs/reporting.md),
+-- through a partial index (they are rare among the events).
+CREATE INDEX repository_lock_events_transfers_idx ON repository_lock_events (created_at, id)
+    WHERE event IN ('transferred', 'handover_offered', 'handover_accepted', 'handover_declined', 'handover_withdrawn', 'handover_expired');
+CREATE VIEW report_transfers AS
+SELECT
+    e.id                 AS event_id,
+    e.created_at         AS at,
+    e.event,
+    e.lock_id,
+    e.git_repository_url,
+    e.cluster_user_id    AS from_id,
+    e.cluster_user_name  AS from_name,
+    e.owner_user_id      AS to_id,
+    e.owner_user_name    AS to_name,
+    e.actor,
+    e.details::text      AS details
+FROM repository_lock_events e
+WHERE e.event IN ('transferred', 'handover_offered', 'handover_accepted', 'handover_declined', 'handover_withdrawn', 'handover_expired');
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'repolock_reporting') THEN
+        GRANT SELECT ON report_transfers TO repolock_reporting;
+    END IF;
+END
+$$;

@@ -181,6 +181,17 @@ func TestTransfer(t *testing.T) {
 		!contains(details, `"app-1"`) || !contains(details, `"cred-1"`) {
 		t.Errorf("event = %s %s %s %s %s", ev, from, to, actor, details)
 	}
+	// The report view shows it.
+	var rep []struct {
+		Event string  `db:"event"`
+		From  string  `db:"from_name"`
+		To    string  `db:"to_name"`
+		Actor *string `db:"actor"`
+	}
+	if err := db.SelectContext(ctx, &rep, `SELECT event, from_name, to_name, actor FROM report_transfers WHERE lock_id = $1`, lockID); err != nil ||
+		len(rep) != 1 || rep[0].Event != "transferred" || rep[0].From != "alice" || rep[0].To != "bob" || rep[0].Actor == nil || *rep[0].Actor != "admin:abc" {
+		t.Errorf("report_transfers = %+v %v", rep, err)
+	}
 	// The new owner holds it like any lock: its acquire joins it, alice is denied.
 	if got, err := ls.Acquire(ctx, bob.ID, key); err != nil || got.LockID != lockID {
 		t.Errorf("bob's acquire: %+v %v", got, err)
