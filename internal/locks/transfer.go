@@ -438,6 +438,18 @@ func (s *Service) ListHandovers(ctx context.Context, tenantID string, limit int)
 	return received, offered, nil
 }
 
+// HandoverOfLock returns the open offer of lock lockID, nil when it has
+// none (an operator's lookup: the console's ownership page).
+func (s *Service) HandoverOfLock(ctx context.Context, lockID string) (_ *Handover, err error) {
+	defer repolock.WrapOp(&err, "locks.HandoverOfLock")
+	var hs []Handover
+	if err := s.db.SelectContext(ctx, &hs, `SELECT `+handoverColumns+` FROM `+handoverFrom+`
+		WHERE h.lock_id = $1 AND h.expires_at > now()`, lockID); err != nil || len(hs) == 0 {
+		return nil, database.MapError(err)
+	}
+	return &hs[0], nil
+}
+
 // openHandoverLock returns the lock of offer id, for the tenant on the
 // given side of it (to_user_id or from_user_id), or not_found.
 func openHandoverLock(ctx context.Context, q database.Querier, id, tenantID, side string) (string, error) {
