@@ -285,6 +285,9 @@ func (s *Service) Transfer(ctx context.Context, req TransferRequest) (_ Transfer
 				return database.MapError(err)
 			}
 		}
+		if err := expireHandovers(ctx, tx, `h.lock_id = $1`, l.ID); err != nil {
+			return err
+		}
 		h, ok, err := deleteOpenHandover(ctx, tx, l.ID)
 		if err != nil {
 			return err
@@ -330,8 +333,8 @@ const handoverFrom = `lock_handovers h
 	JOIN cluster_users t ON t.id = h.to_user_id`
 
 // deleteOpenHandover deletes lock lockID's offer, returning it when it
-// was open (an expired one is deleted too, and not returned: the GC would
-// have). The caller holds FOR UPDATE on the lock.
+// was open. The caller holds FOR UPDATE on the lock and has expired the
+// lock's expired offer first (expireHandovers, with its event).
 func deleteOpenHandover(ctx context.Context, q database.Querier, lockID string) (Handover, bool, error) {
 	var hs []Handover
 	err := q.SelectContext(ctx, &hs, `

@@ -214,8 +214,8 @@ func indexOf(s, sub string) int {
 	return -1
 }
 
-// TestTransferRacesOwnersApplication: an admin transfer (both policies)
-// racing the old owner's new Application on the same repository, many
+// TestTransferRacesOwnersApplication: an admin transfer (both policies), or
+// a handover acceptance, racing the old owner's new Application on the same repository, many
 // rounds. Never two owners (no reference of one tenant on another's lock),
 // never an unowned gap (an observer polling the key always finds one lock),
 // and each round ends in one of the two serial outcomes.
@@ -226,16 +226,22 @@ func TestTransferRacesOwnersApplication(t *testing.T) {
 	ls := newLocks(db)
 	alice := dbtest.NewTenant(t, db, "alice")
 	bob := dbtest.NewTenant(t, db, "bob")
-	const rounds = 40
+	const rounds = 60
 	outcomes := map[string]int{}
 	defer func() { t.Logf("outcomes over %d rounds: %v", rounds, outcomes) }()
 	for round := 0; round < rounds; round++ {
-		policy := locks.ReferencesDelete
-		if round%2 == 1 {
-			policy = locks.ReferencesRefuse
-		}
+		// Round by round: an admin transfer deleting references, one
+		// refusing them, and a handover acceptance (which refuses them).
+		policy := []string{locks.ReferencesDelete, locks.ReferencesRefuse, "accept"}[round%3]
 		key := fmt.Sprintf("github.com/transfer-race/repo-%d", round)
 		lockID := dbtest.NewLock(t, db, alice.ID, key, 0)
+		var offer locks.Handover
+		if policy == "accept" {
+			var err error
+			if offer, err = ls.OfferHandover(ctx, locks.OfferRequest{TenantID: alice.ID, LockID: lockID, To: "bob"}); err != nil {
+				t.Fatal(err)
+			}
+		}
 
 		var stop atomic.Bool
 		gaps := make(chan string, 1)
@@ -264,6 +270,10 @@ func TestTransferRacesOwnersApplication(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
+			if policy == "accept" {
+				_, trErr = ls.AcceptHandover(ctx, bob.ID, "bob", offer.ID)
+				return
+			}
 			_, trErr = ls.Transfer(ctx, locks.TransferRequest{LockID: lockID, To: "bob", References: policy, Actor: "admin:test"})
 		}()
 		go func() {
@@ -312,10 +322,10 @@ func TestTransferRacesOwnersApplication(t *testing.T) {
 			if owner != bob.ID {
 				t.Fatalf("round %d: transfer succeeded but owner is %s", round, owner)
 			}
-			if appAcq.Acquired && policy == locks.ReferencesRefuse {
-				t.Fatalf("round %d: refuse transfer succeeded over alice's application", round)
+			if appAcq.Acquired && policy != locks.ReferencesDelete {
+				t.Fatalf("round %d: %s succeeded over alice's application", round, policy)
 			}
-		case repolock.IsCode(trErr, repolock.ELockInUse) && policy == locks.ReferencesRefuse:
+		case repolock.IsCode(trErr, repolock.ELockInUse) && policy != locks.ReferencesDelete:
 			// Alice's application committed first.
 			if owner != alice.ID || !appAcq.Acquired {
 				t.Fatalf("round %d: refused but owner %s, app %+v", round, owner, appAcq)
