@@ -36,6 +36,8 @@ const (
 	ETimeout             Code = "timeout"                // 504
 	ETooManyRequests     Code = "too_many_requests"      // 429
 	EMethodNotAllowed    Code = "method_not_allowed"     // 405
+	ELockInUse           Code = "lock_in_use"            // 409: the lock's owner still has Applications or Credentials on it (listed)
+	EHandoverPending     Code = "handover_pending"       // 409: the lock already has an open handover offer
 	defaultInternalError      = "internal error"
 )
 

@@ -297,7 +297,7 @@ func TestOperations(t *testing.T) {
 		t.Errorf("ListGCRuns = %+v", got)
 	}
 	reports := must(e.admin.ListReports(ctx))(t)
-	if len(reports) != 7 {
+	if len(reports) != 8 {
 		t.Errorf("ListReports = %+v", reports)
 	}
 	rows := must(e.admin.GetReport(ctx, "locks", client.ReportOptions{Limit: 10}))(t)
@@ -357,6 +357,44 @@ func TestOperations(t *testing.T) {
 	}
 	if got := must(alice.Normalize(ctx, "ssh://git@gitlab.example.com:2222/g/r.git"))(t); got.Normalized != "gitlab.example.com+2222/g/r" {
 		t.Errorf("Normalize after removing the alias = %+v", got)
+	}
+
+	// Transfers, handovers and denials (carol and dave, so alice's counts
+	// below are unchanged).
+	carol, dave := e.tenant("carol"), e.tenant("dave")
+	acq := must(carol.AcquireLock(ctx, "https://github.com/handover/repo"))(t)
+	if _, err := dave.AcquireLock(ctx, "https://github.com/handover/repo"); !client.IsClaimed(err) {
+		t.Fatalf("dave's acquire: %v, want repository_claimed", err)
+	}
+	if ds := must(carol.ListLockDenials(ctx, acq.LockID))(t); len(ds) != 1 || ds[0].Tenant != "dave" || ds[0].Count != 1 {
+		t.Errorf("ListLockDenials = %+v", ds)
+	}
+	ho := must(carol.OfferHandover(ctx, acq.LockID, "dave", time.Hour))(t)
+	if hs := must(dave.ListHandovers(ctx))(t); len(hs.Received) != 1 || hs.Received[0].ID != ho.ID || hs.Received[0].From != "carol" {
+		t.Errorf("ListHandovers = %+v", hs)
+	}
+	if err := dave.DeclineHandover(ctx, ho.ID); err != nil {
+		t.Fatal(err)
+	}
+	ho = must(carol.OfferHandover(ctx, acq.LockID, "dave", 0))(t)
+	if err := carol.WithdrawHandover(ctx, ho.ID); err != nil {
+		t.Fatal(err)
+	}
+	ho = must(carol.OfferHandover(ctx, acq.LockID, "dave", 0))(t)
+	if tr := must(dave.AcceptHandover(ctx, ho.ID))(t); tr.From != "carol" || tr.To != "dave" {
+		t.Errorf("AcceptHandover = %+v", tr)
+	}
+	if tr := must(e.admin.TransferLock(ctx, acq.LockID, "carol", client.ReferencesRefuse))(t); tr.From != "dave" || tr.To != "carol" {
+		t.Errorf("TransferLock = %+v", tr)
+	}
+	must(carol.CreateApplication(ctx, client.CreateApplicationRequest{Name: "h", RepoURL: "https://github.com/handover/repo"}))(t)
+	_, err := e.admin.TransferLock(ctx, acq.LockID, "dave", "")
+	var inUse *client.Error
+	if !errors.As(err, &inUse) || inUse.Code != client.CodeLockInUse {
+		t.Fatalf("TransferLock in use: %v, want lock_in_use", err)
+	}
+	if refs, ok := inUse.References(); !ok || len(refs) != 1 || refs[0].Name != "h" || refs[0].Kind != "application" {
+		t.Errorf("References = %+v %v", refs, ok)
 	}
 
 	// Tokens and deletion.

@@ -37,8 +37,11 @@ var operationMethods = map[string][]string{
 	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
 	"deleteAlias":  {"DeleteAlias", "PlanDeleteAlias"},
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
-	"listLeases":  {"ListLeasesPage", "ListLeases"},
-	"watchEvents": {"Events", "Watch"},
+	"listLeases":      {"ListLeasesPage", "ListLeases"},
+	"watchEvents":     {"Events", "Watch"},
+	"listLockDenials": {"ListLockDenials"}, "transferLock": {"TransferLock"}, "offerHandover": {"OfferHandover"},
+	"listHandovers": {"ListHandovers"}, "acceptHandover": {"AcceptHandover"}, "declineHandover": {"DeclineHandover"},
+	"withdrawHandover": {"WithdrawHandover"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client

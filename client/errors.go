@@ -25,6 +25,8 @@ const (
 	CodeAliasConflict        Code = "alias_conflict"         // 409
 	CodeLeaseHeld            Code = "lease_held"             // 409
 	CodeFenced               Code = "fenced"                 // 409
+	CodeLockInUse            Code = "lock_in_use"            // 409: the owner still has references on the lock ("references")
+	CodeHandoverPending      Code = "handover_pending"       // 409: the lock already has an open handover offer
 	CodeRepositoryDeleting   Code = "repository_deleting"    // 410
 	CodeCursorExpired        Code = "cursor_expired"         // 410: list again, watch from a new cursor
 	CodePreconditionFailed   Code = "precondition_failed"    // 412
@@ -67,6 +69,18 @@ func (e *Error) OutcomeUnknown() bool {
 func (e *Error) Owner() string {
 	s, _ := e.Details["owner"].(string)
 	return s
+}
+
+// References are the references a lock_in_use error lists (at most 100;
+// ReferenceCount says how many there are in all). ok is false for any
+// other error.
+func (e *Error) References() (refs []LockReference, ok bool) {
+	if e.Code != CodeLockInUse {
+		return nil, false
+	}
+	refs = []LockReference{}
+	e.detail("references", &refs)
+	return refs, true
 }
 
 // AliasConflicts are the problems listed by an alias_conflict error:

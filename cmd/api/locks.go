@@ -3,17 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/locks"
 )
 
 // runLocks is the operators' view of ownership locks.
 func runLocks(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "locks", "owner URL... | list USER",
-		"owner: prints who holds the lock on each repository URL (any spelling); exits 1 when a URL is free or invalid.\n"+
-			"list:  prints the locks of a tenant with their reference counts.")
+	fs := newFlagSet(e, "locks", "owner URL... | list USER | transfer [-references refuse|delete] LOCK_ID|URL USER",
+		"owner:    prints who holds the lock on each repository URL (any spelling); exits 1 when a URL is free or invalid.\n"+
+			"list:     prints the locks of a tenant with their reference counts.\n"+
+			"transfer: moves a lock to the tenant USER, never leaving it unowned; refused (exit 1, listing them) while the\n"+
+			"          old owner has Applications or Credentials on it, unless -references delete deletes them.")
+	references := fs.String("references", "refuse", "transfer: what to do with the old owner's references: refuse or delete")
 	var common commonFlags
 	common.register(fs)
 	common.registerPatience(fs)
@@ -21,10 +28,10 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" {
+	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" && pos[0] != "transfer" {
 		return errUnknownAction(fs, pos[0])
 	}
-	if len(pos) < 2 || (pos[0] == "list" && len(pos) != 2) {
+	if len(pos) < 2 || (pos[0] == "list" && len(pos) != 2) || (pos[0] == "transfer" && len(pos) != 3) {
 		fs.Usage()
 		return errUsage
 	}
@@ -86,6 +93,46 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		return tw.Flush()
+	case "transfer":
+		return transferLock(ctx, e, svc, pos[1], pos[2], *references)
 	}
+	return nil
+}
+
+// transferLock is `api locks transfer`: lock is a lock id or any spelling
+// of a repository URL. The actor recorded is the operator at the CLI
+// ("cli:USER@HOST").
+func transferLock(ctx context.Context, e *env, svc *services, lock, to, references string) error {
+	lockID := lock
+	if _, err := uuid.Parse(lock); err != nil {
+		key, err := svc.locks.Rules().RepoURL(lock)
+		if err != nil {
+			return err
+		}
+		o, err := svc.locks.OwnerOf(ctx, key)
+		if err != nil {
+			return err
+		}
+		lockID = o.LockID
+	}
+	host, _ := os.Hostname()
+	actor := "cli:" + e.getenv("USER") + "@" + host
+	tr, err := svc.locks.Transfer(ctx, locks.TransferRequest{LockID: lockID, To: to, References: references, Actor: actor})
+	if err != nil {
+		if refs, ok := repolock.ErrorDetails(err)["references"].([]locks.Reference); ok {
+			for _, r := range refs {
+				fmt.Fprintf(e.stderr, "in use by %s %s (%s)\n", r.Kind, r.Name, r.ID)
+			}
+		}
+		return err
+	}
+	fmt.Fprintf(e.stdout, "transferred %s (%s) from %s to %s", tr.NormalizedURL, tr.LockID, tr.From, tr.To)
+	if n := len(tr.DeletedReferences); n > 0 {
+		fmt.Fprintf(e.stdout, "; deleted %d references:", n)
+		for _, r := range tr.DeletedReferences {
+			fmt.Fprintf(e.stdout, " %s/%s", r.Kind, r.Name)
+		}
+	}
+	fmt.Fprintln(e.stdout)
 	return nil
 }

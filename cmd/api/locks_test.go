@@ -59,4 +59,29 @@ func TestLocksCommand(t *testing.T) {
 	if code, _, _ = run("locks", "frobnicate", "x"); code != 2 {
 		t.Fatalf("usage: %d", code)
 	}
+
+	// transfer: refused while alice uses the lock (listed, exit 1), then
+	// with -references delete; by URL or by lock id.
+	if _, _, err := svc.tenants.Create(ctx, "bob", ""); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = run("locks", "transfer", "https://github.com/acme/web", "bob")
+	if code != 1 || !strings.Contains(errOut, "still used by alice") || !strings.Contains(errOut, "in use by application web") ||
+		!strings.Contains(errOut, "in use by credential c") {
+		t.Fatalf("refused transfer: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = run("locks", "transfer", "-references", "delete", app.LockID, "bob")
+	if code != 0 || !strings.Contains(out, "transferred github.com/acme/web ("+app.LockID+") from alice to bob; deleted 2 references") {
+		t.Fatalf("transfer: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = run("locks", "owner", "https://github.com/acme/web")
+	if code != 0 || !strings.Contains(out, " bob ") {
+		t.Fatalf("owner after transfer: %d %q", code, out)
+	}
+	if code, _, errOut = run("locks", "transfer", "https://github.com/acme/free", "bob"); code != 1 || !strings.Contains(errOut, "no lock on") {
+		t.Fatalf("transfer of a free URL: %d %q", code, errOut)
+	}
+	if code, _, _ = run("locks", "transfer", app.LockID); code != 2 {
+		t.Fatalf("transfer usage: %d", code)
+	}
 }

@@ -169,6 +169,7 @@ func (c *Console) routes() {
 		c.handleFunc("GET /ui/events", c.auth(c.events))
 	}
 	c.handleFunc("GET /ui/ownership", c.auth(c.ownership))
+	c.handleFunc("POST /ui/locks/{id}/transfer", c.auth(c.transferLock))
 	c.handleFunc("GET /ui/denials", c.auth(c.denials))
 	c.handleFunc("GET /ui/denials.csv", c.auth(c.denialsCSV))
 	c.handleFunc("GET /ui/gc", c.auth(c.gcPage))

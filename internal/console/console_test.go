@@ -18,6 +18,7 @@ import (
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
 )
@@ -371,7 +372,7 @@ func TestSignOut(t *testing.T) {
 func TestCSRFRefused(t *testing.T) {
 	e := newEnv(t)
 	alice, _ := e.tenant("alice")
-	e.mustApp(alice.ID, "a", "https://github.com/org/repo")
+	csrfApp := e.mustApp(alice.ID, "a", "https://github.com/org/repo")
 	b := e.browser()
 	csrf := b.signIn()
 	other := e.browser()
@@ -388,6 +389,7 @@ func TestCSRFRefused(t *testing.T) {
 		{"/ui/tenants/alice/delete", url.Values{"confirm": {"alice"}}},
 		{"/ui/gc/dry-run", url.Values{}},
 		{"/ui/gc/run", url.Values{}},
+		{"/ui/locks/" + csrfApp.LockID + "/transfer", url.Values{"to": {"alice"}, "references": {"delete"}}},
 		{"/ui/logout", url.Values{}},
 	}
 	// The right token with its first character changed (a fixed "x" would
@@ -1009,6 +1011,51 @@ func TestEventStream(t *testing.T) {
 				t.Fatalf("event %s", rest)
 			}
 			return
+		}
+	}
+}
+
+// TestTransferForm: the ownership page's transfer form (behind the CSRF
+// check) refuses while the owner has references, naming them, and
+// transfers with references deleted; the lock's open handover and a
+// tenant's pending handovers are shown.
+func TestTransferForm(t *testing.T) {
+	e := newEnv(t)
+	alice, _ := e.tenant("alice")
+	bob, _ := e.tenant("bob")
+	app := e.mustApp(alice.ID, "web", "https://github.com/org/repo")
+	b := e.browser()
+	csrf := b.signIn()
+	r := b.get("/ui/ownership?url=github.com/org/repo")
+	wantStatus(t, r, http.StatusOK)
+	if !strings.Contains(r.Body, `action="/ui/locks/`+app.LockID+`/transfer"`) {
+		t.Fatalf("no transfer form on the ownership page")
+	}
+	r = b.post("/ui/locks/"+app.LockID+"/transfer", form(csrf, "to", "bob"))
+	if r.Status != http.StatusConflict || !strings.Contains(r.Body, "still used by alice") || !strings.Contains(r.Body, "application web") {
+		t.Fatalf("refused transfer: %d %s", r.Status, r.Body)
+	}
+	r = b.post("/ui/locks/"+app.LockID+"/transfer", form(csrf, "to", "nobody"))
+	wantStatus(t, r, http.StatusNotFound)
+	r = b.post("/ui/locks/"+app.LockID+"/transfer", form(csrf, "to", "bob", "references", "delete"))
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, "Transferred github.com/org/repo from alice to bob (1 reference(s) deleted)") {
+		t.Fatalf("transfer: %d %s", r.Status, r.Body)
+	}
+	if n := e.count(`SELECT count(*) FROM RepositoryLockOwner WHERE cluster_user_id = $1`, bob.ID); n != 1 {
+		t.Fatalf("bob owns %d locks, want 1", n)
+	}
+	// An open handover shows on the lock and on both tenants' pages.
+	if _, err := e.ui.cfg.Locks.OfferHandover(context.Background(), locks.OfferRequest{TenantID: bob.ID, LockID: app.LockID, To: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	r = b.get("/ui/ownership?url=github.com/org/repo")
+	if !strings.Contains(r.Body, `id="handover"`) || !strings.Contains(r.Body, "Offered to <strong>alice</strong> by bob") {
+		t.Fatalf("no handover on the lock's page: %s", r.Body)
+	}
+	for _, tc := range []struct{ tenant, dir string }{{"alice", "received"}, {"bob", "offered"}} {
+		r = b.get("/ui/ownership?tenant=" + tc.tenant)
+		if !strings.Contains(r.Body, "Pending handovers of "+tc.tenant) || !strings.Contains(r.Body, "<td>"+tc.dir+"</td>") {
+			t.Errorf("%s's page has no %s handover", tc.tenant, tc.dir)
 		}
 	}
 }

@@ -192,6 +192,22 @@ func (d *data) owner(ctx context.Context, key normalize.Key) (*locks.Owner, erro
 	return &o, nil
 }
 
+// handoverOfLock is the lock's open handover offer (nil for none).
+func (d *data) handoverOfLock(ctx context.Context, lockID string) (*locks.Handover, error) {
+	return d.locks.HandoverOfLock(ctx, lockID)
+}
+
+// tenantHandovers are the tenant's open offers, received and made.
+func (d *data) tenantHandovers(ctx context.Context, tenantID string, limit int) (received, offered []locks.Handover, err error) {
+	return d.locks.ListHandovers(ctx, tenantID, limit)
+}
+
+// transfer is the transfer form's action: locks.Service.Transfer, as
+// POST /v1/admin/locks/{id}/transfer.
+func (d *data) transfer(ctx context.Context, lockID, to, references, actor string) (locks.Transfer, error) {
+	return d.locks.Transfer(ctx, locks.TransferRequest{LockID: lockID, To: to, References: references, Actor: actor})
+}
+
 // holder is an Application or a Repository Credential holding a lock.
 type holder struct {
 	Kind      string    `db:"kind"`

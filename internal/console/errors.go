@@ -26,7 +26,7 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case repolock.ENotFound:
 		return http.StatusNotFound
-	case repolock.EAlreadyExists, repolock.EConflict, repolock.ERepositoryClaimed:
+	case repolock.EAlreadyExists, repolock.EConflict, repolock.ERepositoryClaimed, repolock.ELockInUse, repolock.EHandoverPending:
 		return http.StatusConflict
 	case repolock.EPrecondition:
 		return http.StatusPreconditionFailed

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/apps"
 	"github.com/repolock/repolock/internal/authguard"
 	"github.com/repolock/repolock/internal/gc"
@@ -149,9 +150,15 @@ type ownershipView struct {
 	HoldersPager pager
 	Events       []lockEvent
 	Pager        pager
+	// Handover is the lock's open handover offer (nil for none).
+	Handover *locks.Handover
+	// Transferred is what the transfer form just did.
+	Transferred *locks.Transfer
 	// Tenant search.
 	TenantRow *tenantRow
 	Locks     []locks.Lock
+	// The tenant's open handover offers, received and made.
+	Received, Offered []locks.Handover
 }
 
 func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) {
@@ -185,6 +192,10 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 				return
 			}
 			v.Holders, v.HoldersPager = hs, newPager(r, "holders_after", next)
+			if v.Handover, err = c.data.handoverOfLock(ctx, v.Owner.LockID); err != nil {
+				c.fail(w, r, s, err)
+				return
+			}
 		}
 		before, err := int64Param(r, "before")
 		if err != nil {
@@ -217,8 +228,42 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 		}
 		v.Locks = ls
 		v.Pager = newPager(r, "page_token", next)
+		if v.Received, v.Offered, err = c.data.tenantHandovers(ctx, t.ID, maxListedLocks); err != nil {
+			c.fail(w, r, s, err)
+			return
+		}
 	}
 	c.render(w, r, http.StatusOK, "ownership", s, page)
+}
+
+// transferLock is the ownership page's transfer form (POST, CSRF-checked by
+// auth): locks.Service.Transfer with the console's admin identity, then the
+// ownership page of the key, with what it did or why it was refused.
+func (c *Console) transferLock(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx := r.Context()
+	to := strings.TrimSpace(r.PostFormValue("to"))
+	tr, err := c.data.transfer(ctx, r.PathValue("id"), to, r.PostFormValue("references"), locks.AdminActor(c.cfg.AdminToken))
+	if err != nil {
+		msg, safe := userMessage(err)
+		if !safe {
+			c.fail(w, r, s, err)
+			return
+		}
+		if refs, ok := repolock.ErrorDetails(err)["references"].([]locks.Reference); ok {
+			for _, ref := range refs {
+				msg += " " + ref.Kind + " " + ref.Name + ";"
+			}
+		}
+		c.render(w, r, statusOf(err), "ownership", s, view{Title: "Ownership", Nav: "ownership", Events: c.eventsURL(),
+			Error: msg, Body: &ownershipView{}})
+		return
+	}
+	c.cfg.Logger.InfoContext(ctx, "console: lock transferred", "lock_id", tr.LockID, "from", tr.From, "to", tr.To,
+		"deleted_references", len(tr.DeletedReferences))
+	c.render(w, r, http.StatusOK, "ownership", s, view{Title: "Ownership", Nav: "ownership", Events: c.eventsURL(),
+		Notice: "Transferred " + string(tr.NormalizedURL) + " from " + tr.From + " to " + tr.To +
+			" (" + strconv.Itoa(len(tr.DeletedReferences)) + " reference(s) deleted).",
+		Body: &ownershipView{Transferred: &tr, URL: string(tr.NormalizedURL)}})
 }
 
 func int64Param(r *http.Request, name string) (int64, error) {

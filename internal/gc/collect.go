@@ -131,6 +131,12 @@ type batch struct {
 // (flagging the unreferenced ones it finds without the flag), then every
 // run walks the candidates.
 func (c *Collector) collect(ctx context.Context, opts Options, r *Run, log *slog.Logger) error {
+	// Issue 25: expired handover offers no longer pin their locks; delete
+	// them (handover_expired events) before the scan, which then collects
+	// their locks if nothing references them.
+	if err := c.locks.DeleteExpiredHandovers(ctx, opts.BatchSize); err != nil {
+		return fmt.Errorf("delete expired handovers: %w", err)
+	}
 	if opts.Full {
 		if err := c.collectPass(ctx, selectFullBatchSQL, true, opts, r, log); err != nil {
 			return err

@@ -31,6 +31,8 @@ var statusByCode = map[repolock.Code]int{
 	repolock.EAliasConflict:     http.StatusConflict,
 	repolock.ELeaseHeld:         http.StatusConflict,
 	repolock.EFenced:            http.StatusConflict,
+	repolock.ELockInUse:         http.StatusConflict,
+	repolock.EHandoverPending:   http.StatusConflict,
 	repolock.EGone:              http.StatusGone,
 	repolock.ECursorExpired:     http.StatusGone,
 	repolock.EPrecondition:      http.StatusPreconditionFailed,

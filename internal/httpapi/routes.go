@@ -45,6 +45,7 @@ func (s *Server) routes() {
 	s.registerLeaseRoutes()
 	s.registerRekeyRoutes()
 	s.registerEventRoutes()
+	s.registerTransferRoutes()
 	s.registerOpenAPIRoutes()
 }
 

@@ -417,6 +417,8 @@ const releaseSQL = `
 WITH gone AS (
 	DELETE FROM RepositoryLockOwner o
 	WHERE o.id = $1 AND ` + UnreferencedSQL + `
+	  -- Issue 25: an open handover offer pins the lock (transfer.go).
+	  AND ` + NotPinnedSQL + `
 	RETURNING o.id, o.git_repository_url, o.cluster_user_id
 ), event AS (
 	INSERT INTO ` + eventColumns + `

@@ -31,6 +31,9 @@ WITH deleted AS (
     DELETE FROM RepositoryLockOwner o
     WHERE o.id = ANY($2::uuid[]) AND o.id >= $1
       AND ` + UnreferencedSQL + `
+      -- Issue 25: an open handover offer pins the lock; it stays a
+      -- candidate, collected once the offer ends (transfer.go).
+      AND ` + NotPinnedSQL + `
     RETURNING o.id, o.git_repository_url, o.cluster_user_id
 )
 INSERT INTO repository_lock_events (event, lock_id, git_repository_url, owner_user_id, owner_user_name)

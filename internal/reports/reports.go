@@ -1,6 +1,6 @@
 // Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql
 // and 000006_rekey.up.sql (ownership, locks, orphan_locks, denials, gc_runs,
-// normalizer_versions, rekey_conflicts; documented in
+// normalizer_versions, rekey_conflicts, transfers; documented in
 // docs/reporting.md) as streamed table, CSV or JSON output. The views are
 // readable by the repolock_reporting role, so a BI tool can read them without
 // the service.
@@ -50,6 +50,8 @@ var reports = []Report{
 		Description: "locks per normalizer version (older ones are re-keyed by `api rekey`; the alias fingerprint column is empty for locks keyed since rules v3)"},
 	{Name: "rekey_conflicts", View: "report_rekey_conflicts", orderBy: "detected_at, conflict_id",
 		Description: "open re-keying conflicts and rejected URLs: both tenants, both URLs, the new key"},
+	{Name: "transfers", View: "report_transfers", orderBy: "at DESC, event_id DESC",
+		Description: "lock transfers and handovers (offered, accepted, declined, withdrawn, expired): from, to, who acted, newest first"},
 }
 
 // All returns every report.

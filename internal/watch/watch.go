@@ -108,7 +108,9 @@ import (
 const NotifyChannel = "repolock_events"
 
 // Kinds are the event kinds, in the order the API documents them.
-var Kinds = []string{locks.EventAcquired, locks.EventDenied, locks.EventReleased, locks.EventCollected, locks.EventRekeyed}
+var Kinds = []string{locks.EventAcquired, locks.EventDenied, locks.EventReleased, locks.EventCollected, locks.EventRekeyed,
+	locks.EventTransferred, locks.EventHandoverOffered, locks.EventHandoverAccepted, locks.EventHandoverDeclined,
+	locks.EventHandoverWithdrawn, locks.EventHandoverExpired}
 
 // Defaults of Config.
 const (
