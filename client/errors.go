@@ -22,6 +22,8 @@ const (
 	CodeAlreadyExists        Code = "already_exists"         // 409
 	CodeConflict             Code = "conflict"               // 409
 	CodeRepositoryClaimed    Code = "repository_claimed"     // 409
+	CodeRepositoryReserved   Code = "repository_reserved"    // 409
+	CodeReservationConflict  Code = "reservation_conflict"   // 409
 	CodeAliasConflict        Code = "alias_conflict"         // 409
 	CodeLeaseHeld            Code = "lease_held"             // 409
 	CodeFenced               Code = "fenced"                 // 409

@@ -1,0 +1,2 @@
+ALTER TABLE repository_lock_events DROP COLUMN reserved_prefix, DROP COLUMN reason;
+DROP TABLE reservations;
