@@ -126,7 +126,8 @@ func likePrefix(p string) string {
 // tenants hold live locks under the prefix it is refused with
 // reservation_conflict listing them (Details["locks"], at most
 // MaxConflictsListed, and Details["total"]), unless req.Keep. With
-// req.DryRun it changes nothing and returns those locks. A prefix already
+// req.DryRun it changes nothing and returns those locks (and a
+// Reservation without an id: the normalized prefix and the tenant). A prefix already
 // reserved is already_exists; an unknown tenant not_found.
 func (s *Service) Reserve(ctx context.Context, req ReserveRequest) (_ Reservation, covered []CoveredLock, err error) {
 	defer repolock.WrapOp(&err, "locks.Reserve")
@@ -155,6 +156,7 @@ func (s *Service) Reserve(ctx context.Context, req ReserveRequest) (_ Reservatio
 			return database.MapError(err)
 		}
 		if req.DryRun {
+			r = Reservation{Prefix: prefix, TenantID: tenantID, TenantName: req.Tenant}
 			return nil
 		}
 		if len(covered) > 0 && !req.Keep {
