@@ -39,6 +39,8 @@ var operationMethods = map[string][]string{
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
 	"listLeases": {"ListLeasesPage", "ListLeases"},
 	"watchEvents": {"Events", "Watch"},
+	"listReservations": {"ListReservationsPage", "ListReservations"}, "createReservation": {"CreateReservation", "PlanCreateReservation"},
+	"deleteReservation": {"DeleteReservation"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client
