@@ -37,8 +37,8 @@ var operationMethods = map[string][]string{
 	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
 	"deleteAlias":  {"DeleteAlias", "PlanDeleteAlias"},
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
-	"listLeases": {"ListLeasesPage", "ListLeases"},
-	"watchEvents": {"Events", "Watch"},
+	"listLeases":       {"ListLeasesPage", "ListLeases"},
+	"watchEvents":      {"Events", "Watch"},
 	"listReservations": {"ListReservationsPage", "ListReservations"}, "createReservation": {"CreateReservation", "PlanCreateReservation"},
 	"deleteReservation": {"DeleteReservation"},
 }

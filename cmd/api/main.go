@@ -43,6 +43,9 @@ var commands = map[string]command{
 	"console":   {"manage the operator console: sessions revoke (ends every session)", runConsole},
 	"lease":     {"hold a lease while a command runs: run --key K --ttl 15s -- COMMAND [ARG...]", runLease},
 	"events":    {"print lock events in the watch's order; --follow tails them", runEvents},
+
+	// Reservations (issue 25): reservation.go.
+	"reservation": {"manage reservations (key prefixes of a tenant): list | add PREFIX TENANT | remove ID", runReservation},
 }
 
 // env is what commands share: the streams and the environment, so tests
