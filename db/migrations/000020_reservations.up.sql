@@ -24,3 +24,21 @@ CREATE INDEX reservations_created_at_idx ON reservations (created_at, id);
 ALTER TABLE repository_lock_events
     ADD COLUMN reason text CHECK (reason IN ('claimed', 'reserved')),
     ADD COLUMN reserved_prefix text;
+
+-- Reservations for reporting (docs/reporting.md): who holds which prefix.
+CREATE VIEW report_reservations AS
+SELECT
+    r.id          AS reservation_id,
+    r.prefix,
+    r.cluster_user_id AS tenant_id,
+    u.name        AS tenant_name,
+    r.created_at
+FROM reservations r JOIN cluster_users u ON u.id = r.cluster_user_id;
+
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'repolock_reporting') THEN
+        GRANT SELECT ON report_reservations TO repolock_reporting;
+    END IF;
+END
+$$;

@@ -1,6 +1,6 @@
-// Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql
-// and 000006_rekey.up.sql (ownership, locks, orphan_locks, denials, gc_runs,
-// normalizer_versions, rekey_conflicts; documented in
+// Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql,
+// 000006_rekey.up.sql and 000020_reservations.up.sql (ownership, locks, orphan_locks, denials, gc_runs,
+// normalizer_versions, rekey_conflicts, reservations; documented in
 // docs/reporting.md) as streamed table, CSV or JSON output. The views are
 // readable by the repolock_reporting role, so a BI tool can read them without
 // the service.
@@ -50,6 +50,8 @@ var reports = []Report{
 		Description: "locks per normalizer version (older ones are re-keyed by `api rekey`; the alias fingerprint column is empty for locks keyed since rules v3)"},
 	{Name: "rekey_conflicts", View: "report_rekey_conflicts", orderBy: "detected_at, conflict_id",
 		Description: "open re-keying conflicts and rejected URLs: both tenants, both URLs, the new key"},
+	{Name: "reservations", View: "report_reservations", orderBy: "prefix",
+		Description: "reserved key prefixes and the tenant each belongs to"},
 }
 
 // All returns every report.
