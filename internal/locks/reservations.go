@@ -113,6 +113,18 @@ WHERE (o.git_repository_url = $1 OR o.git_repository_url LIKE $3)
 			FROM generate_series(1, cardinality(string_to_array(o.git_repository_url, '/'))) i)))
 ORDER BY o.git_repository_url`
 
+// reservedBySQL finds the reservation that covers the key $1 (the longest
+// of its ancestors' prefixes) when it belongs to another tenant than $2.
+const reservedBySQL = `
+SELECT best.prefix, u.name FROM (
+	SELECT r.prefix, r.cluster_user_id FROM reservations r
+	WHERE r.prefix = ANY (ARRAY(
+		SELECT array_to_string((string_to_array($1::text, '/'))[1:i], '/')
+		FROM generate_series(1, cardinality(string_to_array($1::text, '/'))) i))
+	ORDER BY length(r.prefix) DESC
+	LIMIT 1) best JOIN cluster_users u ON u.id = best.cluster_user_id
+WHERE best.cluster_user_id <> $2`
+
 const insertReservationSQL = `
 INSERT INTO reservations (prefix, cluster_user_id) VALUES ($1, $2)
 RETURNING id, prefix, cluster_user_id, created_at, (SELECT name FROM cluster_users WHERE id = $2) AS tenant_name`

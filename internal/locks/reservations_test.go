@@ -514,3 +514,24 @@ func TestClaimWaitsForReservationInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestAcquireForRekeyUnderReservation: re-keying does not create a lock
+// under another tenant's reservation; it is told why at once (not after
+// 16 rounds of a lock "changing hands").
+func TestAcquireForRekeyUnderReservation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t)
+	ls := newLocks(db)
+	dbtest.NewTenant(t, db, "acme")
+	eve := dbtest.NewTenant(t, db, "eve")
+	reserve(t, ls, "github.com/acme", "acme")
+	tg, err := ls.AcquireForRekey(ctx, db, ls.Keying(), eve.ID, "github.com/acme/moved")
+	var re *repolock.Error
+	if !errors.As(err, &re) || re.Code != repolock.ERepositoryReserved || re.Details["tenant"] != "acme" || tg != (locks.Target{}) {
+		t.Fatalf("AcquireForRekey under acme's reservation: %+v %v", tg, err)
+	}
+	if tg, err := ls.AcquireForRekey(ctx, db, ls.Keying(), eve.ID, "github.com/eve/moved"); err != nil || !tg.Created {
+		t.Fatalf("AcquireForRekey elsewhere: %+v %v", tg, err)
+	}
+}
