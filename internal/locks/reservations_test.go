@@ -28,6 +28,12 @@ func TestNormalizePrefix(t *testing.T) {
 		{"git@github.com:acme", "github.com/acme"},
 		{"github.com/acme/x.git", "github.com/acme/x"},
 		{"gitlab.com/a/b/c", "gitlab.com/a/b/c"},
+		// Ports: key syntax, or a URL with a scheme. Without one,
+		// host:2222 is scp syntax (a path), as git reads it.
+		{"gitlab.example.com+2222", "gitlab.example.com+2222"},
+		{"https://gitlab.example.com:8443", "gitlab.example.com+8443"},
+		{"ssh://git@gitlab.example.com:2222/g", "gitlab.example.com+2222/g"},
+		{"gitlab.example.com:2222", "gitlab.example.com/2222"},
 	} {
 		got, err := locks.NormalizePrefix(n, tc.in)
 		if err != nil || string(got) != tc.want {
