@@ -23,6 +23,8 @@ const (
 	EAlreadyExists       Code = "already_exists"         // 409
 	EConflict            Code = "conflict"               // 409
 	ERepositoryClaimed   Code = "repository_claimed"     // 409
+	ERepositoryReserved  Code = "repository_reserved"    // 409: the key is under another tenant's reservation
+	EReservationConflict Code = "reservation_conflict"   // 409: a new reservation covers other tenants' live locks
 	EAliasConflict       Code = "alias_conflict"         // 409: an alias change would give a repository two owners
 	ELeaseHeld           Code = "lease_held"             // 409: the key's lease is held by another acquisition
 	EFenced              Code = "fenced"                 // 409: a newer fencing token was issued for the write's guarding key

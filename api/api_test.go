@@ -128,7 +128,7 @@ func TestErrorCodes(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{"alias_conflict", "already_exists", "conflict", "cursor_expired", "fenced", "forbidden", "handover_pending", "internal", "invalid_argument", "lease_held", "lock_in_use", "method_not_allowed", "not_found",
-		"payload_too_large", "precondition_failed", "repository_claimed", "repository_deleting", "secret_in_field", "timeout", "too_many_requests",
+		"payload_too_large", "precondition_failed", "repository_claimed", "repository_deleting", "repository_reserved", "reservation_conflict", "secret_in_field", "timeout", "too_many_requests",
 		"unauthenticated", "unavailable", "unsupported_media_type"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("ErrorCode enum = %v, want %v", got, want)

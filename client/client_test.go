@@ -409,6 +409,17 @@ func TestOperations(t *testing.T) {
 	if _, err := alice2.Me(ctx); !client.IsUnauthenticated(err) {
 		t.Errorf("Me with a revoked token: %v, want unauthenticated", err)
 	}
+	// Reservations (TestReservations covers them in depth).
+	res := must(e.admin.CreateReservation(ctx, client.CreateReservationRequest{Prefix: "reserved.example.com", Tenant: "alice"}))(t)
+	if res.Reservation.Prefix != "reserved.example.com" || res.Reservation.Tenant != "alice" {
+		t.Errorf("CreateReservation = %+v", res)
+	}
+	if page := must(e.admin.ListReservationsPage(ctx, client.ListOptions{}))(t); len(page.Items) != 1 || page.Items[0].ID != res.Reservation.ID {
+		t.Errorf("ListReservationsPage = %+v", page)
+	}
+	if err := e.admin.DeleteReservation(ctx, res.Reservation.ID); err != nil {
+		t.Errorf("DeleteReservation: %v", err)
+	}
 	del := must(e.admin.DeleteUser(ctx, "alice"))(t)
 	if del.User != "alice" || del.Applications != 1 || del.LocksReleased != 1 {
 		t.Errorf("DeleteUser = %+v", del)

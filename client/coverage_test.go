@@ -42,6 +42,8 @@ var operationMethods = map[string][]string{
 	"listLockDenials": {"ListLockDenials"}, "transferLock": {"TransferLock"}, "offerHandover": {"OfferHandover"},
 	"listHandovers": {"ListHandovers"}, "acceptHandover": {"AcceptHandover"}, "declineHandover": {"DeclineHandover"},
 	"withdrawHandover": {"WithdrawHandover"},
+	"listReservations": {"ListReservationsPage", "ListReservations"}, "createReservation": {"CreateReservation", "PlanCreateReservation"},
+	"deleteReservation": {"DeleteReservation"},
 }
 
 // TestCoversEveryOperation: every operation of the document has a client

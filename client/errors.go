@@ -22,6 +22,8 @@ const (
 	CodeAlreadyExists        Code = "already_exists"         // 409
 	CodeConflict             Code = "conflict"               // 409
 	CodeRepositoryClaimed    Code = "repository_claimed"     // 409
+	CodeRepositoryReserved   Code = "repository_reserved"    // 409
+	CodeReservationConflict  Code = "reservation_conflict"   // 409
 	CodeAliasConflict        Code = "alias_conflict"         // 409
 	CodeLeaseHeld            Code = "lease_held"             // 409
 	CodeFenced               Code = "fenced"                 // 409
@@ -102,6 +104,18 @@ func (e *Error) AliasConflicts() (conflicts, rejected []RekeyProblem, ok bool) {
 // carries none.
 func (e *Error) Progress() (rep RekeyReport, ok bool) {
 	return rep, e.detail("progress", &rep)
+}
+
+// ReservationConflicts are the locks listed by a reservation_conflict
+// error (at most 100) and how many there are in all. ok is false for any
+// other error.
+func (e *Error) ReservationConflicts() (locks []CoveredLock, total int, ok bool) {
+	if e.Code != CodeReservationConflict {
+		return nil, 0, false
+	}
+	e.detail("locks", &locks)
+	e.detail("total", &total)
+	return locks, total, true
 }
 
 // detail decodes the detail key into out.
@@ -198,6 +212,27 @@ func ClaimedBy(err error) (owner string, ok bool) {
 
 // IsClaimed: another tenant owns the repository URL (409 repository_claimed).
 func IsClaimed(err error) bool { return IsCode(err, CodeRepositoryClaimed) }
+
+// IsReserved: the repository URL is under another tenant's reservation
+// (409 repository_reserved); Reserved names the tenant and the prefix.
+func IsReserved(err error) bool { return IsCode(err, CodeRepositoryReserved) }
+
+// Reserved returns the tenant and the prefix of the reservation named by a
+// repository_reserved error.
+func Reserved(err error) (tenant, prefix string, ok bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeRepositoryReserved {
+		tenant, _ = e.Details["tenant"].(string)
+		prefix, _ = e.Details["prefix"].(string)
+		return tenant, prefix, true
+	}
+	return "", "", false
+}
+
+// IsReservationConflict: a new reservation covers other tenants' live
+// locks (409 reservation_conflict); nothing was changed.
+// Error.ReservationConflicts lists them.
+func IsReservationConflict(err error) bool { return IsCode(err, CodeReservationConflict) }
 
 // IsLeaseHeld: the key's lease is held by another acquisition (409
 // lease_held), at once or at the end of the wait.

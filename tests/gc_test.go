@@ -211,7 +211,7 @@ func TestGCAndReportsEndToEnd(t *testing.T) {
 		t.Fatalf("gc_runs report: %d %v\n%s", status, hdr, body)
 	}
 	_, err = admin.GetReport(ctx, "nope", client.ReportOptions{})
-	if ce := wantAPIError(t, "unknown report", err, http.StatusNotFound, client.CodeNotFound, ""); ce.Message != `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers` {
+	if ce := wantAPIError(t, "unknown report", err, http.StatusNotFound, client.CodeNotFound, ""); ce.Message != `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers, reservations` {
 		t.Fatalf("unknown report: %+v", ce)
 	}
 

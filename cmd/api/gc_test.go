@@ -199,7 +199,7 @@ func TestGCCommandErrors(t *testing.T) {
 		{[]string{"gc", "--min-age", "-1s"}, 2, "api gc: min age must not be negative, got -1s\n"},
 		{[]string{"gc", "--timeout", "0s"}, 2, "api gc: --timeout must be positive\n"},
 		{[]string{"gc", "extra"}, 2, ""},
-		{[]string{"report", "nope"}, 2, "api report: no report named \"nope\"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers\n"},
+		{[]string{"report", "nope"}, 2, "api report: no report named \"nope\"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers, reservations\n"},
 		{[]string{"report", "locks", "--format", "xml"}, 2, "api report: format must be one of table, csv, json\n"},
 		{[]string{"report"}, 2, ""},
 	}

@@ -35,7 +35,7 @@ var commands = map[string]command{
 	// Domain commands, one line each; their code lives in <command>.go.
 	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
 	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},
-	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs | normalizer_versions | rekey_conflicts | transfers", runReport},
+	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs | normalizer_versions | rekey_conflicts | transfers | reservations", runReport},
 	"normalize": {"print the lock key of each repository URL", runNormalize},
 	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
 	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},
@@ -43,6 +43,9 @@ var commands = map[string]command{
 	"console":   {"manage the operator console: sessions revoke (ends every session)", runConsole},
 	"lease":     {"hold a lease while a command runs: run --key K --ttl 15s -- COMMAND [ARG...]", runLease},
 	"events":    {"print lock events in the watch's order; --follow tails them", runEvents},
+
+	// Reservations (issue 25): reservation.go.
+	"reservation": {"manage reservations (key prefixes of a tenant): list | add PREFIX TENANT | remove ID", runReservation},
 }
 
 // env is what commands share: the streams and the environment, so tests

@@ -241,14 +241,16 @@ func (k *kind) validate(n *normalize.Normalizer, c change) (key normalize.Key, s
 	return key, stored, nil
 }
 
-// acquire acquires the claim's repository for the tenant in tx. claimedBy is the owner's name
+// acquire acquires the claim's repository for the tenant in tx. denied is
+// the error to give the caller when the claim was refused (another
+// tenant's lock or reservation: locks.Acquisition.DeniedError).
 // when another tenant holds it.
-func (s *Service) acquire(ctx context.Context, tx database.Tx, tenantID string, c locks.Claim) (lockID, claimedBy string, err error) {
+func (s *Service) acquire(ctx context.Context, tx database.Tx, tenantID string, c locks.Claim) (lockID string, denied, err error) {
 	acq, err := s.locks.AcquireTx(ctx, tx, tenantID, c)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
-	return acq.LockID, acq.Owner, nil
+	return acq.LockID, acq.DeniedError(), nil
 }
 
 // mapWriteError maps the errors of writing a row; what is "an application"
@@ -310,13 +312,13 @@ func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database
 	if created.ok {
 		return created.row, nil
 	}
-	var claimedBy string
+	var denied error
 	err = s.db.WithTx(ctx, func(tx database.Tx) error {
-		lockID, owner, err := s.acquire(ctx, tx, tenantID, claim)
+		lockID, deny, err := s.acquire(ctx, tx, tenantID, claim)
 		if err != nil {
 			return err
 		}
-		if claimedBy = owner; claimedBy != "" {
+		if denied = deny; denied != nil {
 			return nil // commit the denial event; nothing else was written
 		}
 		args := append([]any{tenantID, *c.name, stored, string(key)}, anys(own)...)
@@ -326,8 +328,8 @@ func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database
 	if err != nil {
 		return zero, err
 	}
-	if claimedBy != "" {
-		return zero, locks.ClaimedError(claimedBy)
+	if denied != nil {
+		return zero, denied
 	}
 	return r, nil
 }
@@ -468,11 +470,11 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 		return zero, err
 	}
 	var (
-		r         T
-		claimedBy string
+		r      T
+		denied error
 	)
 	err = s.db.WithTx(ctx, func(tx database.Tx) error {
-		claimedBy = ""
+		denied = nil
 		// Lock the row and then, in a new statement (so with a snapshot
 		// taken after any concurrent change to it committed), read it with
 		// its reference. Every change to a row's reference happens under
@@ -503,11 +505,11 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 			if err != nil {
 				return err
 			}
-			lockID, owner, err := s.acquire(ctx, tx, tenantID, claim)
+			lockID, deny, err := s.acquire(ctx, tx, tenantID, claim)
 			if err != nil {
 				return err
 			}
-			if claimedBy = owner; claimedBy != "" {
+			if denied = deny; denied != nil {
 				return nil // commit the denial event; nothing else was written
 			}
 			next.lockID = lockID
@@ -532,8 +534,8 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 	if err != nil {
 		return zero, err
 	}
-	if claimedBy != "" {
-		return zero, locks.ClaimedError(claimedBy)
+	if denied != nil {
+		return zero, denied
 	}
 	return r, nil
 }

@@ -178,6 +178,7 @@ func (c *Console) routes() {
 	c.handleFunc("GET /ui/sync", c.auth(c.syncPage))
 	c.handleFunc("GET /ui/sync/{tenant}/{host}", c.auth(c.syncHost))
 	c.handleFunc("GET /ui/leases", c.auth(c.leasesPage))
+	c.handleFunc("GET /ui/reservations", c.auth(c.reservationsPage))
 	c.handleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
 	c.handleFunc("POST /ui/tenants", c.auth(c.createTenant))
 	c.handleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))

@@ -396,6 +396,11 @@ func (d *data) tenantLocks(ctx context.Context, tenantID string, size int, token
 	return d.locks.List(ctx, tenantID, size, token)
 }
 
+// reservations is a page of the reservations (the API's own listing).
+func (d *data) reservations(ctx context.Context, size int, token string) ([]locks.Reservation, string, error) {
+	return d.locks.ListReservations(ctx, size, token)
+}
+
 // ---- GC ----
 
 func (d *data) gcRuns(ctx context.Context, size int, token string) ([]gc.Run, string, error) {

@@ -502,6 +502,28 @@ func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request, s *session)
 		Body: leasesView{Leases: rows, Pager: newPager(r, "after", next)}})
 }
 
+type reservationsView struct {
+	Reservations []locks.Reservation
+	Pager        pager
+}
+
+// reservationsPage lists the reservations (read-only: they are added and
+// removed through the admin API or api reservation).
+func (c *Console) reservationsPage(w http.ResponseWriter, r *http.Request, s *session) {
+	size, err := c.pageSize(r)
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	rows, next, err := c.data.reservations(r.Context(), size, r.URL.Query().Get("after"))
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "reservations", s, view{Title: "Reservations", Nav: "reservations",
+		Body: reservationsView{Reservations: rows, Pager: newPager(r, "after", next)}})
+}
+
 // ---- tenants ----
 
 type tenantsView struct {

@@ -60,7 +60,7 @@ func (s *Server) acquireLock(c echo.Context) error {
 		return err
 	}
 	if !acq.Acquired {
-		return locks.ClaimedError(acq.Owner)
+		return acq.DeniedError()
 	}
 	return c.JSON(http.StatusOK, acquireResponse{LockID: acq.LockID, Acquired: true, NormalizedURL: string(acq.Key)})
 }

@@ -33,7 +33,7 @@ func TestReportsAPI(t *testing.T) {
 	for _, it := range list["items"].([]any) {
 		names = append(names, it.(map[string]any)["name"])
 	}
-	valid := []any{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts", "transfers"}
+	valid := []any{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts", "transfers", "reservations"}
 	if status != http.StatusOK || !reflect.DeepEqual(names, valid) {
 		t.Fatalf("reports: %d %v", status, list)
 	}
@@ -71,7 +71,7 @@ func TestReportsAPI(t *testing.T) {
 		status        int
 		code, message string
 	}{
-		{"/v1/admin/reports/nope", adminToken, 404, "not_found", `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers`},
+		{"/v1/admin/reports/nope", adminToken, 404, "not_found", `no report named "nope"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers, reservations`},
 		{"/v1/admin/reports/locks?format=xml", adminToken, 400, "invalid_argument", "format must be one of json, csv"},
 		{"/v1/admin/reports/locks?format=table", adminToken, 400, "invalid_argument", "format must be one of json, csv"},
 		{"/v1/admin/reports/locks?limit=0", adminToken, 400, "invalid_argument", "limit must be a positive integer"},

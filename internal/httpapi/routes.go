@@ -44,6 +44,7 @@ func (s *Server) routes() {
 	s.registerSyncRoutes()
 	s.registerLeaseRoutes()
 	s.registerRekeyRoutes()
+	s.registerReservationRoutes()
 	s.registerEventRoutes()
 	s.registerTransferRoutes()
 	s.registerOpenAPIRoutes()

@@ -129,7 +129,9 @@ func validateTenantID(id string) error {
 // for none) and gen (the claim's rules generation, bigint). Every key of
 // input must be distinct: a key already held (by anyone, or by an earlier
 // row of input) gets no lock row, and neither does a key one of whose
-// shadow keys another tenant holds (the claim is denied). A lock the
+// shadow keys another tenant holds, nor a key under another tenant's
+// reservation (the longest reserved prefix among the key's ancestors
+// decides; the claim is denied). A lock the
 // claimant holds on a shadow key does not stop it: the claimant gets a lock
 // on the current key as well (one tenant, two keys of one repository), and
 // re-keying later moves the old lock's references to it. So a claim never
@@ -172,6 +174,15 @@ const (
 	WHERE rules_guard.ok AND (input.shadows = '' OR NOT EXISTS (
 		SELECT 1 FROM RepositoryLockOwner s
 		WHERE s.git_repository_url = ANY (string_to_array(input.shadows, E'\n')) AND s.cluster_user_id <> input.tenant))
+	AND NOT EXISTS (
+		SELECT 1 FROM (
+			SELECT r.cluster_user_id FROM reservations r
+			WHERE r.prefix = ANY (ARRAY(
+				SELECT array_to_string((string_to_array(input.key, '/'))[1:i], '/')
+				FROM generate_series(1, cardinality(string_to_array(input.key, '/'))) i))
+			ORDER BY length(r.prefix) DESC
+			LIMIT 1) res
+		WHERE res.cluster_user_id <> input.tenant)
 	ORDER BY input.key
 	ON CONFLICT (git_repository_url) DO NOTHING
 	RETURNING id, git_repository_url, cluster_user_id
@@ -254,12 +265,17 @@ FOR KEY SHARE`
 // one row per window, not one per request.
 const DenialWindow = time.Hour
 
-// deniedSQL finds another tenant's lock on a claim's keys ($1: the key,
-// then its shadow keys; the first found in that order) and records the
-// denial on the claim's key ($4), in one round trip: the first denial of
-// the window inserts the row, the next ones count on it (INSERT ... ON
-// CONFLICT on the unique index of (tenant, URL, window), so concurrent
-// denials cannot insert twice).
+// deniedSQL finds why a claim was refused and records the denial on the
+// claim's key ($4), in one round trip: another tenant's lock on the
+// claim's keys ($1: the key, then its shadow keys; the first found in that
+// order; reason "claimed"), or else the reservation that covers the key
+// (the longest of its ancestors' prefixes, as the lock-creating statement
+// looks it up) when it is another tenant's (reason "reserved", with the
+// reservation's prefix). The first denial of the window inserts the row,
+// the next ones count on it (INSERT ... ON CONFLICT on the unique index of
+// (tenant, URL, window), so concurrent denials cannot insert twice; the
+// row keeps the reason of the window's first denial). No row: neither (a
+// lock being released right now, or the claimant's own reservation).
 const deniedSQL = `
 WITH owner AS (
 	SELECT o.id, o.cluster_user_id, u.name
@@ -267,16 +283,43 @@ WITH owner AS (
 	WHERE o.git_repository_url = ANY ($1::text[]) AND o.cluster_user_id <> $2
 	ORDER BY array_position($1::text[], o.git_repository_url)
 	LIMIT 1
+), reserved AS (
+	SELECT r.prefix, r.cluster_user_id
+	FROM reservations r
+	WHERE NOT EXISTS (SELECT 1 FROM owner) AND r.prefix = ANY (ARRAY(
+		SELECT array_to_string((string_to_array($4::text, '/'))[1:i], '/')
+		FROM generate_series(1, cardinality(string_to_array($4::text, '/'))) i))
+	ORDER BY length(r.prefix) DESC
+	LIMIT 1
+), denier AS (
+	SELECT owner.id AS lock_id, owner.cluster_user_id, owner.name, '` + reasonClaimed + `' AS reason, NULL::text AS prefix FROM owner
+	UNION ALL
+	SELECT NULL::uuid, reserved.cluster_user_id, u.name, '` + reasonReserved + `', reserved.prefix
+	FROM reserved JOIN cluster_users u ON u.id = reserved.cluster_user_id
+	WHERE reserved.cluster_user_id <> $2
 ), event AS (
 	INSERT INTO repository_lock_events AS e
-		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, denial_window)
-	SELECT '` + EventDenied + `', owner.id, $4, $2, (SELECT name FROM cluster_users WHERE id = $2), owner.cluster_user_id, owner.name,
-		date_bin(make_interval(secs => $3), now(), timestamptz '1970-01-01 00:00:00+00')
-	FROM owner
+		(event, lock_id, git_repository_url, cluster_user_id, cluster_user_name, owner_user_id, owner_user_name, denial_window, reason, reserved_prefix)
+	SELECT '` + EventDenied + `', denier.lock_id, $4, $2, (SELECT name FROM cluster_users WHERE id = $2), denier.cluster_user_id, denier.name,
+		date_bin(make_interval(secs => $3), now(), timestamptz '1970-01-01 00:00:00+00'), denier.reason, denier.prefix
+	FROM denier
 	ON CONFLICT (cluster_user_id, git_repository_url, denial_window) WHERE event = '` + EventDenied + `' AND denial_window IS NOT NULL
 	DO UPDATE SET count = e.count + 1, last_at = now()
 )
-SELECT name FROM owner`
+SELECT name, reason, coalesce(prefix, '') AS prefix FROM denier`
+
+// Denial reasons, in repository_lock_events.reason.
+const (
+	reasonClaimed  = "claimed"  // another tenant holds the lock
+	reasonReserved = "reserved" // the key is under another tenant's reservation
+)
+
+// denial is a row of deniedSQL.
+type denial struct {
+	Name   string `db:"name"`
+	Reason string `db:"reason"`
+	Prefix string `db:"prefix"`
+}
 
 // Acquisition is the outcome of Acquire.
 type Acquisition struct {
@@ -287,8 +330,38 @@ type Acquisition struct {
 	LockID string
 	// Acquired is false when another tenant owns the URL.
 	Acquired bool
-	// Owner is the owning tenant's name when not Acquired.
+	// Owner is the owning tenant's name when not Acquired: the lock's
+	// owner, or the reserving tenant when ReservedPrefix is set.
 	Owner string
+	// ReservedPrefix is the prefix of the reservation that refused the
+	// claim ("" when the claim was refused by a lock, or Acquired).
+	ReservedPrefix string
+}
+
+// DeniedError is the error a caller of a refused claim gets:
+// ReservedError when a reservation refused it, ClaimedError otherwise;
+// nil when Acquired.
+func (a Acquisition) DeniedError() error {
+	switch {
+	case a.Acquired:
+		return nil
+	case a.ReservedPrefix != "":
+		return ReservedError(a.Owner, a.ReservedPrefix)
+	default:
+		return ClaimedError(a.Owner)
+	}
+}
+
+// ReservedError is the error a claim under another tenant's reservation
+// gets: code repository_reserved (HTTP 409), the reserving tenant and the
+// reservation's prefix in the message and in Details["tenant"],
+// Details["prefix"].
+func ReservedError(tenant, prefix string) error {
+	return &repolock.Error{
+		Code:    repolock.ERepositoryReserved,
+		Message: "the repository URL is under " + prefix + ", reserved for another user: " + tenant,
+		Details: map[string]any{"tenant": tenant, "prefix": prefix},
+	}
 }
 
 // RuleSet is the rule set a lock keyed under n stores: its rules version
@@ -366,7 +439,6 @@ func (s *Service) acquire(ctx context.Context, q runner, tenantID string, c Clai
 	}
 	keys := pq.StringArray(c.keys())
 	for attempt := 0; attempt < maxAcquireAttempts; attempt++ {
-		var owner string
 		lockID, err := q.insertLock(ctx, newLock{key: string(c.key), rules: c.rules(), tenant: tenantID, shadows: c.ShadowList(), gen: c.gen})
 		if err != nil {
 			return Acquisition{}, mapAcquireError(err)
@@ -383,9 +455,14 @@ func (s *Service) acquire(ctx context.Context, q runner, tenantID string, c Clai
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)
 		}
-		err = q.get(ctx, &owner, deniedSQL, keys, tenantID, DenialWindow.Seconds(), string(c.key))
+		var d denial
+		err = q.get(ctx, &d, deniedSQL, keys, tenantID, DenialWindow.Seconds(), string(c.key))
 		if err == nil {
-			return Acquisition{Key: c.key, Owner: owner}, nil
+			acq := Acquisition{Key: c.key, Owner: d.Name}
+			if d.Reason == reasonReserved {
+				acq.ReservedPrefix = d.Prefix
+			}
+			return acq, nil
 		}
 		if !database.IsNoRows(err) {
 			return Acquisition{}, database.MapError(err)

@@ -90,6 +90,19 @@ func (s *Service) AcquireForRekey(ctx context.Context, q database.Querier, k *Ke
 		if !database.IsNoRows(err) {
 			return Target{}, database.MapError(err)
 		}
+		// No lock on key: another tenant's reservation may cover it (the
+		// insert refuses it). Re-keying does not create a lock there.
+		var r struct {
+			Prefix string `db:"prefix"`
+			Name   string `db:"name"`
+		}
+		err = q.GetContext(ctx, &r, reservedBySQL, string(key), tenantID)
+		if err == nil {
+			return Target{}, ReservedError(r.Name, r.Prefix)
+		}
+		if !database.IsNoRows(err) {
+			return Target{}, database.MapError(err)
+		}
 	}
 	return Target{}, repolock.Errorf(repolock.EConflict,
 		"the lock on %s changed hands %d times while re-keying; try again", key, maxAcquireAttempts)

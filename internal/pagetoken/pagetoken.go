@@ -183,6 +183,7 @@ const (
 	KindSyncHosts             = "sync_hosts"
 	KindSyncRepos             = "sync_repos"
 	KindTenants               = "tenants"
+	KindReservations          = "reservations"
 	KindEvents                = "events" // the watch's cursors (internal/watch)
 )
 

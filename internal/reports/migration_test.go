@@ -75,8 +75,8 @@ func TestMigrationWithoutCreateRole(t *testing.T) {
 	}
 	grants := countRows(t, db, `SELECT count(*) FROM information_schema.role_table_grants
 		WHERE grantee = 'repolock_reporting' AND privilege_type = 'SELECT' AND table_name LIKE 'report\_%'`)
-	if roleExists && grants != 8 {
-		t.Fatalf("the role exists but got %d view grants, want 8", grants)
+	if roleExists && grants != 9 {
+		t.Fatalf("the role exists but got %d view grants, want 9", grants)
 	}
 
 	mg, err := database.NewMigrator(ctx, db, nil)
@@ -133,7 +133,7 @@ func TestMigrationDownAndUpAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := countRows(t, db, `SELECT count(*) FROM information_schema.role_table_grants
-		WHERE grantee = 'repolock_reporting' AND table_catalog = current_database()`); n != 8 {
-		t.Fatalf("grants after up again = %d, want 8", n)
+		WHERE grantee = 'repolock_reporting' AND table_catalog = current_database()`); n != 9 {
+		t.Fatalf("grants after up again = %d, want 9", n)
 	}
 }

@@ -1,6 +1,6 @@
-// Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql
-// and 000006_rekey.up.sql (ownership, locks, orphan_locks, denials, gc_runs,
-// normalizer_versions, rekey_conflicts, transfers; documented in
+// Package reports serves the SQL reporting views of db/migrations/000005_gc.up.sql,
+// 000006_rekey.up.sql, the transfers and the reservations migrations (ownership, locks, orphan_locks, denials, gc_runs,
+// normalizer_versions, rekey_conflicts, transfers, reservations; documented in
 // docs/reporting.md) as streamed table, CSV or JSON output. The views are
 // readable by the repolock_reporting role, so a BI tool can read them without
 // the service.
@@ -52,6 +52,8 @@ var reports = []Report{
 		Description: "open re-keying conflicts and rejected URLs: both tenants, both URLs, the new key"},
 	{Name: "transfers", View: "report_transfers", orderBy: "at DESC, event_id DESC",
 		Description: "lock transfers and handovers (offered, accepted, declined, withdrawn, expired): from, to, who acted, newest first"},
+	{Name: "reservations", View: "report_reservations", orderBy: "prefix",
+		Description: "reserved key prefixes and the tenant each belongs to"},
 }
 
 // All returns every report.

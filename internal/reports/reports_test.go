@@ -389,12 +389,12 @@ func TestUnknownReport(t *testing.T) {
 	if repolock.ErrorCode(err) != repolock.ENotFound {
 		t.Fatalf("err = %v, want not_found", err)
 	}
-	want := `no report named "users; DROP TABLE x"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers`
+	want := `no report named "users; DROP TABLE x"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers, reservations`
 	if msg := repolock.ErrorMessage(err); msg != want {
 		t.Fatalf("message = %q, want %q", msg, want)
 	}
 	names := repolock.ErrorDetails(err)["valid_names"]
-	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts", "transfers"}) {
+	if !reflect.DeepEqual(names, []string{"ownership", "locks", "orphan_locks", "denials", "gc_runs", "normalizer_versions", "rekey_conflicts", "transfers", "reservations"}) {
 		t.Fatalf("valid_names = %v", names)
 	}
 	if _, err := svc(db).reports.Open(context.Background(), "locks", -1); repolock.ErrorCode(err) != repolock.EInvalid {
@@ -431,7 +431,7 @@ func TestReportingRole(t *testing.T) {
 		}
 	}
 	// The re-keying views (migration 000006) are readable too.
-	for _, v := range []string{"report_normalizer_versions", "report_rekey_conflicts", "report_transfers"} {
+	for _, v := range []string{"report_normalizer_versions", "report_rekey_conflicts", "report_transfers", "report_reservations"} {
 		err := db.WithTx(ctx, func(tx database.Tx) error {
 			if _, err := tx.ExecContext(ctx, `SET LOCAL ROLE repolock_reporting`); err != nil {
 				return err
@@ -473,7 +473,7 @@ func TestReportingRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"report_denials:SELECT", "report_gc_runs:SELECT", "report_locks:SELECT", "report_normalizer_versions:SELECT",
-		"report_orphan_locks:SELECT", "report_ownership:SELECT", "report_rekey_conflicts:SELECT", "report_transfers:SELECT"}
+		"report_orphan_locks:SELECT", "report_ownership:SELECT", "report_rekey_conflicts:SELECT", "report_reservations:SELECT", "report_transfers:SELECT"}
 	if !slices.Equal(grants, want) {
 		t.Fatalf("grants = %v, want %v", grants, want)
 	}
