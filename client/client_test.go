@@ -297,7 +297,7 @@ func TestOperations(t *testing.T) {
 		t.Errorf("ListGCRuns = %+v", got)
 	}
 	reports := must(e.admin.ListReports(ctx))(t)
-	if len(reports) != 8 {
+	if len(reports) != 9 {
 		t.Errorf("ListReports = %+v", reports)
 	}
 	rows := must(e.admin.GetReport(ctx, "locks", client.ReportOptions{Limit: 10}))(t)
