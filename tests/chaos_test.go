@@ -110,7 +110,7 @@ func TestChaos(t *testing.T) {
 	// token) on a few keys, each guarding a branch written with fencing.
 	wg.Go(func() {
 		leasecheck.Run(ctx, leaseRec, leaseTarget, leasecheck.Workload{
-			Keys: leaseKeys, Clients: 6, Pausers: 2,
+			Keys: leaseKeys, Clients: 10, Pausers: 3,
 			TTL: 2 * time.Second, Wait: 2 * time.Second, Pause: 500 * time.Millisecond,
 			Duration: 24 * time.Hour, // until the run ends
 		})
