@@ -37,7 +37,7 @@ var operationMethods = map[string][]string{
 	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
 	"deleteAlias":  {"DeleteAlias", "PlanDeleteAlias"},
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
-	"listLeases": {"ListLeasesPage", "ListLeases"},
+	"listLeases":  {"ListLeasesPage", "ListLeases"},
 	"watchEvents": {"Events", "Watch"},
 }
 
