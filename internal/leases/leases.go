@@ -17,13 +17,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/lib/pq"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
@@ -75,10 +72,6 @@ type Service struct {
 	db     *database.DB
 	locks  *locks.Service
 	notify *Notifier
-	// Group commit (database.Batcher): concurrent acquisition attempts,
-	// and concurrent releases, each share one statement and one commit.
-	acquires *database.Batcher[acquireCall, attempt]
-	releases *database.Batcher[releaseCall, bool]
 }
 
 // New returns the service on db. db and locks (the keying of repository
@@ -90,14 +83,7 @@ func New(db *database.DB, ls *locks.Service, notify *Notifier) *Service {
 	if db == nil || ls == nil {
 		panic("leases.New: a pool and the locks service are required")
 	}
-	s := &Service{db: db, locks: ls, notify: notify}
-	s.acquires = database.NewBatcher(db, "leases.acquire", database.BatchConfig[acquireCall]{
-		Keys: func(c acquireCall) []string { return []string{c.tenantID + "/" + c.key} },
-	}, s.acquireBatch)
-	s.releases = database.NewBatcher(db, "leases.release", database.BatchConfig[releaseCall]{
-		Keys: func(c releaseCall) []string { return []string{c.id} },
-	}, s.releaseBatch)
-	return s
+	return &Service{db: db, locks: ls, notify: notify}
 }
 
 // heldError is the acquisition's answer for a key whose lease is valid:
@@ -187,93 +173,15 @@ func validateRequest(r AcquireRequest) error {
 const (
 	leaseColumns = `id, key, token, holder, ttl_ms, acquired_at, expires_at`
 
-	// acquireSQL is a batch of acquisition attempts, one call of
-	// repolock_lease_acquire (migrations 000016, 000020) per row in one
-	// statement and one transaction, in the arrays' order: for each, the
-	// lease, or, for a held key, r_id NULL and the time the holder's lease
-	// has left by the database's clock. The function is VOLATILE, so each
-	// of its statements takes a new snapshot, as when it runs alone.
-	acquireSQL = `SELECT r.ord, a.r_id, a.r_key, a.r_token, a.r_holder, a.r_ttl_ms, a.r_acquired_at, a.r_expires_at, a.r_remaining
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::boolean[]) WITH ORDINALITY AS r(tenant, key, holder, ttl_ms, wait, ord)
-		CROSS JOIN LATERAL repolock_lease_acquire(r.tenant, r.key, r.holder, r.ttl_ms, r.wait) a`
-
-	// releaseSQL is a batch of releases in one statement: the ordinals of
-	// the leases it deleted. Only a lease a waiter marked (wanted)
-	// notifies: NOTIFY serializes the commits of the transactions that
-	// use it.
-	releaseSQL = `WITH r AS (SELECT * FROM unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY AS r(id, tenant, ord)),
-		d AS (DELETE FROM leases l USING r WHERE l.id = r.id AND l.cluster_user_id = r.tenant
-			RETURNING r.ord, l.cluster_user_id, l.key, l.wanted)
-		SELECT d.ord FROM d
-		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`
+	// acquireSQL is one acquisition attempt (repolock_lease_acquire,
+	// migrations 000016, 000020): the lease, or, for a held key, r_id NULL and the
+	// time the holder's lease has left by the database's clock.
+	acquireSQL = `SELECT r_id, r_key, r_token, r_holder, r_ttl_ms, r_acquired_at, r_expires_at, r_remaining
+		FROM repolock_lease_acquire($1, $2, $3, $4, $5)`
 )
-
-// acquireCall is one acquisition attempt of a batch.
-type acquireCall struct {
-	tenantID, key, holder string
-	ttlMillis             int64
-	wait                  bool
-}
-
-// acquireBatch runs a batch of attempts (distinct keys: the Batcher's
-// Keys) in the order of their keys, so that two batches lock the keys'
-// lease_tokens rows in one order and cannot deadlock.
-func (s *Service) acquireBatch(ctx context.Context, in []acquireCall) ([]attempt, error) {
-	order := make([]int, len(in))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool {
-		x, y := in[order[a]], in[order[b]]
-		if x.tenantID != y.tenantID {
-			return x.tenantID < y.tenantID
-		}
-		return x.key < y.key
-	})
-	tenants, keys, holders := make(pq.StringArray, len(in)), make(pq.StringArray, len(in)), make(pq.StringArray, len(in))
-	ttls, waits := make(pq.Int64Array, len(in)), make(pq.BoolArray, len(in))
-	for j, i := range order {
-		c := in[i]
-		tenants[j], keys[j], holders[j], ttls[j], waits[j] = c.tenantID, c.key, c.holder, c.ttlMillis, c.wait
-	}
-	var rows []attempt
-	if err := s.db.SelectPrepared(ctx, &rows, acquireSQL, tenants, keys, holders, ttls, waits); err != nil {
-		return nil, err
-	}
-	if len(rows) != len(in) {
-		return nil, fmt.Errorf("leases: a batch of %d acquisitions answered %d rows", len(in), len(rows))
-	}
-	out := make([]attempt, len(in))
-	for _, r := range rows {
-		out[order[r.Ord-1]] = r
-	}
-	return out, nil
-}
-
-// releaseCall is one release of a batch.
-type releaseCall struct{ id, tenantID string }
-
-// releaseBatch runs a batch of releases (distinct ids: the Batcher's
-// Keys): for each, whether its lease was deleted.
-func (s *Service) releaseBatch(ctx context.Context, in []releaseCall) ([]bool, error) {
-	ids, tenants := make(pq.StringArray, len(in)), make(pq.StringArray, len(in))
-	for i, c := range in {
-		ids[i], tenants[i] = c.id, c.tenantID
-	}
-	var ords []int64
-	if err := s.db.SelectPrepared(ctx, &ords, releaseSQL, ids, tenants, NotifyChan); err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(in))
-	for _, o := range ords {
-		out[o-1] = true
-	}
-	return out, nil
-}
 
 // attempt is acquireSQL's row.
 type attempt struct {
-	Ord        int64           `db:"ord"`
 	ID         sql.NullString  `db:"r_id"`
 	Key        string          `db:"r_key"`
 	Token      sql.NullInt64   `db:"r_token"`
@@ -349,8 +257,8 @@ func (s *Service) Acquire(ctx context.Context, tenantID string, req AcquireReque
 
 // try is one acquisition attempt: *heldError when the key is held.
 func (s *Service) try(ctx context.Context, tenantID, key string, req AcquireRequest) (Lease, error) {
-	a, err := s.acquires.Do(ctx, acquireCall{tenantID: tenantID, key: key, holder: req.Holder, ttlMillis: req.TTL.Milliseconds(), wait: req.Wait > 0})
-	if err != nil {
+	var a attempt
+	if err := s.db.GetPrepared(ctx, &a, acquireSQL, tenantID, key, req.Holder, req.TTL.Milliseconds(), req.Wait > 0); err != nil {
 		return Lease{}, database.MapError(err)
 	}
 	if !a.ID.Valid {
@@ -391,11 +299,18 @@ func (s *Service) Release(ctx context.Context, tenantID, id string) (err error) 
 	if _, err := uuid.Parse(id); err != nil {
 		return notFound(id)
 	}
-	deleted, err := s.releases.Do(ctx, releaseCall{id: id, tenantID: tenantID})
+	var n int
+	// Only a lease a waiter marked (wanted) notifies: NOTIFY serializes
+	// the commits of the transactions that use it.
+	err = s.db.GetPrepared(ctx, &n, `WITH d AS (
+			DELETE FROM leases WHERE id = $1 AND cluster_user_id = $2 RETURNING cluster_user_id, key, wanted)
+		SELECT count(*) FROM d
+		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`,
+		id, tenantID, NotifyChan)
 	if err != nil {
 		return database.MapError(err)
 	}
-	if !deleted {
+	if n == 0 {
 		return notFound(id)
 	}
 	return nil

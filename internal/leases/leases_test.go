@@ -444,10 +444,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestConcurrentBatches: acquisitions and releases of many keys running at
-// once share statements (group commit), and each still gets its own
-// answer: per key, one holder at a time and tokens 1, 2, 3... in holding
-// order; a release answers for its own lease only.
+// TestConcurrentBatches: acquisitions and releases of many keys by two
+// tenants running at once each get their own answer: per key, one holder
+// at a time and tokens 1, 2, 3... in holding order; a release answers for
+// its own lease only.
 func TestConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -509,12 +509,5 @@ func TestConcurrentBatches(t *testing.T) {
 	}
 	if total != workers*rounds {
 		t.Fatalf("%d acquisitions, want %d", total, workers*rounds)
-	}
-	st := e.db.BatchStats()
-	t.Logf("batches: %+v", st)
-	for _, name := range []string{"leases.acquire", "leases.release"} {
-		if s := st[name]; s.Calls == 0 {
-			t.Errorf("%s: no call went through the batcher: %+v", name, s)
-		}
 	}
 }
