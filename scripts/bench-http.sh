@@ -204,9 +204,12 @@ start_side() {
 	tokens[$side]=${token[$side]}${more:+,$more}
 	psql "$url" -X -v ON_ERROR_STOP=1 -q -c "CREATE TABLE bench_raw (k text PRIMARY KEY)"
 	mkdir -p "$tmp/$side"
-	"$tmp/benchsql" capture -bin "${bin[$side]}" -database-url "$url" -admin-token "$admin_token" \
-		-token "${token[$side]}" -out "$tmp/$side"
-	cat scripts/bench-http/key.sql "$tmp/$side/s.sql" >"$tmp/$side/s-run.sql"
+	# Phase s's statements, captured only when s runs.
+	if [[ " $phases " == *" s "* ]]; then
+		"$tmp/benchsql" capture -bin "${bin[$side]}" -database-url "$url" -admin-token "$admin_token" \
+			-token "${token[$side]}" -out "$tmp/$side"
+		cat scripts/bench-http/key.sql "$tmp/$side/s.sql" >"$tmp/$side/s-run.sql"
+	fi
 	cat scripts/bench-http/key.sql scripts/bench-http/f.sql >"$tmp/$side/f-run.sql"
 	# The pool size the binary runs with, from its own /metrics (go_sql_*,
 	# Prometheus' DBStats collector); the code's default when not exported.

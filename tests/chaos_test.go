@@ -7,13 +7,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"math/rand/v2"
+
+	"github.com/repolock/repolock/client"
 	"github.com/repolock/repolock/internal/chaostest"
+	"github.com/repolock/repolock/internal/leases/leasecheck"
 )
 
 // TestChaos is make test-chaos: its own Postgres (initdb on a free port),
@@ -89,6 +95,8 @@ func TestChaos(t *testing.T) {
 	rec := chaostest.NewRecorder(logFile)
 	load := newChaosLoad(rec, tenants, current)
 	load.checkTimeout = chaosEnvDuration(t, "CHAOS_CHECK_TIMEOUT", 10*time.Minute)
+	leaseTarget, leaseKeys := chaosLeaseTarget(t, replicas, &urlMu)
+	leaseRec := leasecheck.NewRecorder()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -97,6 +105,16 @@ func TestChaos(t *testing.T) {
 		defer wg.Done()
 		load.run(ctx, clients, keys)
 	}()
+	// The lease workload, through the same replicas and faults: lease
+	// clients (some paused past their TTL, then writing with their stale
+	// token) on a few keys, each guarding a branch written with fencing.
+	wg.Go(func() {
+		leasecheck.Run(ctx, leaseRec, leaseTarget, leasecheck.Workload{
+			Keys: leaseKeys, Clients: 10, Pausers: 3,
+			TTL: 2 * time.Second, Wait: 2 * time.Second, Pause: 500 * time.Millisecond,
+			Duration: 24 * time.Hour, // until the run ends
+		})
+	})
 	pause := func(d time.Duration) { time.Sleep(d) } // load between faults
 	fault := func(name string, do func()) {
 		t.Logf("fault: %s", name)
@@ -158,9 +176,78 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("every request and answer: %s", logPath)
 	table := load.report(t, v, artefacts, batches)
+	table += chaosLeaseReport(t, leaseRec, artefacts, load.checkTimeout)
 	if out := os.Getenv("CHAOS_REPORT"); out != "" {
 		_ = os.WriteFile(out, []byte(table), 0o644)
 	}
+}
+
+// chaosLeaseTarget is the lease workload's target: a tenant of its own
+// with one repository whose branches are the registers the lease keys
+// guard; each operation goes to a replica picked at random (a killed one
+// until it is back: an unknown outcome).
+func chaosLeaseTarget(t *testing.T, replicas []*server, mu *sync.Mutex) (*replicaTarget, []string) {
+	t.Helper()
+	const repo = "lease-chaos"
+	token := replicas[0].createTenant(t, "leases")
+	c := replicas[0].client(t, token)
+	if _, err := c.CreateRepository(t.Context(), client.CreateRepositoryRequest{Name: repo, StorageNamespace: "s3://chaos/leases"}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"repositories/" + repo + "/branches/main"}
+	for _, b := range []string{"b1", "b2"} {
+		if _, err := c.CreateBranch(t.Context(), repo, b, "main"); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, "repositories/"+repo+"/branches/"+b)
+	}
+	var cmu sync.Mutex
+	clients := map[*server]*client.Client{}
+	choose := func() *client.Client {
+		mu.Lock()
+		s := replicas[rand.IntN(len(replicas))]
+		mu.Unlock()
+		cmu.Lock()
+		defer cmu.Unlock()
+		if clients[s] == nil {
+			clients[s] = s.client(t, token)
+		}
+		return clients[s]
+	}
+	return &replicaTarget{t: t, repo: repo, choose: choose}, keys
+}
+
+// chaosLeaseReport checks the lease history with Porcupine (a failure
+// saves it and the visualization under artefacts) and returns its lines
+// of the report.
+func chaosLeaseReport(t *testing.T, rec *leasecheck.Recorder, artefacts string, timeout time.Duration) string {
+	t.Helper()
+	ops := rec.Operations()
+	counts := leasecheck.Counts(ops)
+	failed := rec.Failed()
+	for _, want := range []string{"acquire/ok", "write/ok", "write/fenced", "keepalive/ok", "release/ok"} {
+		if counts[want] == 0 {
+			t.Errorf("the lease history has no %s", want)
+		}
+	}
+	names := make([]string, 0, len(counts))
+	for k, n := range failed {
+		counts[k] = n
+	}
+	for k := range counts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, k := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	began := time.Now()
+	res := leasecheck.CheckInto(t, artefacts, "chaos", ops, timeout)
+	out := fmt.Sprintf("leases: %d operations checked; answers (failed ones: nothing happened, not checked): %s\nPorcupine: leases: %s (checked in %s)\n",
+		len(ops), strings.Join(parts, ", "), res, time.Since(began).Round(time.Millisecond))
+	t.Log(out)
+	return out
 }
 
 // newChaosPostgres builds and starts one server with initdb on a free port

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,9 +31,15 @@ type replicaTarget struct {
 	repo    string
 	clients []*client.Client
 	dead    []atomic.Bool
+	// choose, when set, picks the replica instead (the chaos suite,
+	// whose killed replicas come back on another address).
+	choose func() *client.Client
 }
 
 func (r *replicaTarget) pick() *client.Client {
+	if r.choose != nil {
+		return r.choose()
+	}
 	for {
 		i := rand.IntN(len(r.clients))
 		if !r.dead[i].Load() {
@@ -55,6 +62,10 @@ func (r *replicaTarget) status(op string, err error) leasecheck.Status {
 		return leasecheck.Conflict
 	case client.IsCode(err, client.CodeInvalidArgument), client.IsCode(err, client.CodeInternal):
 		r.t.Errorf("%s: %v", op, err) // a bug, not a fault
+	case client.IsCode(err, client.CodeUnavailable) && !client.IsOutcomeUnknown(err):
+		return leasecheck.Failed // the server promises nothing was applied
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return leasecheck.Failed // never sent (a killed replica)
 	}
 	return leasecheck.Unknown
 }

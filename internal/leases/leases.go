@@ -174,7 +174,7 @@ const (
 	leaseColumns = `id, key, token, holder, ttl_ms, acquired_at, expires_at`
 
 	// acquireSQL is one acquisition attempt (repolock_lease_acquire,
-	// migration 000016): the lease, or, for a held key, r_id NULL and the
+	// migrations 000016, 000020): the lease, or, for a held key, r_id NULL and the
 	// time the holder's lease has left by the database's clock.
 	acquireSQL = `SELECT r_id, r_key, r_token, r_holder, r_ttl_ms, r_acquired_at, r_expires_at, r_remaining
 		FROM repolock_lease_acquire($1, $2, $3, $4, $5)`

@@ -2,6 +2,7 @@ package leases_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -440,5 +441,73 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestConcurrentBatches: acquisitions and releases of many keys by two
+// tenants running at once each get their own answer: per key, one holder
+// at a time and tokens 1, 2, 3... in holding order; a release answers for
+// its own lease only.
+func TestConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	bob := dbtest.NewTenant(t, e.db, "")
+	const workers, rounds, keys = 24, 15, 6
+	var (
+		mu      sync.Mutex
+		holding = map[string]bool{}
+		tokens  = map[string][]int64{}
+		wg      sync.WaitGroup
+	)
+	for w := range workers {
+		tenant := []string{alice.ID, bob.ID}[w%2]
+		wg.Go(func() {
+			for r := range rounds {
+				key := fmt.Sprintf("job-%d", (w+r)%keys)
+				id := tenant + "/" + key
+				l, err := e.svc.Acquire(ctx, tenant, leases.AcquireRequest{Key: key, TTL: time.Hour, Wait: leases.MaxWait})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if holding[id] {
+					t.Errorf("%s: two holders at once", id)
+				}
+				holding[id] = true
+				tokens[id] = append(tokens[id], l.FencingToken)
+				mu.Unlock()
+				// Someone else's release of this lease is not found.
+				other := []string{alice.ID, bob.ID}[(w+1)%2]
+				if err := e.svc.Release(ctx, other, l.ID); !repolock.IsCode(err, repolock.ENotFound) {
+					t.Errorf("release by another tenant: %v, want not found", err)
+				}
+				mu.Lock()
+				holding[id] = false
+				mu.Unlock()
+				if err := e.svc.Release(ctx, tenant, l.ID); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := e.svc.Release(ctx, tenant, l.ID); !repolock.IsCode(err, repolock.ENotFound) {
+					t.Errorf("second release: %v, want not found", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for id, toks := range tokens {
+		total += len(toks)
+		for i, tok := range toks {
+			if tok != int64(i+1) {
+				t.Fatalf("%s: tokens in holding order = %v, want 1..%d", id, toks, len(toks))
+			}
+		}
+	}
+	if total != workers*rounds {
+		t.Fatalf("%d acquisitions, want %d", total, workers*rounds)
 	}
 }

@@ -14,9 +14,10 @@ import (
 // Recorder records the operations of concurrent clients. Safe for
 // concurrent use.
 type Recorder struct {
-	start time.Time
-	mu    sync.Mutex
-	ops   []porcupine.Operation
+	start  time.Time
+	mu     sync.Mutex
+	ops    []porcupine.Operation
+	failed map[string]int
 }
 
 // NewRecorder starts a recorder's clock.
@@ -26,15 +27,35 @@ func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
 
 // Begin records the call of in (its Call set now) and returns the function
-// that records its return with out.
+// that records its return with out. An operation that Failed (nothing
+// happened) is only counted (Failed), not kept in the history.
 func (r *Recorder) Begin(in Input) func(Output) {
 	in.Call = r.Now()
 	return func(out Output) {
 		in.Return = r.Now()
 		r.mu.Lock()
+		defer r.mu.Unlock()
+		if out.Status == Failed {
+			if r.failed == nil {
+				r.failed = map[string]int{}
+			}
+			r.failed[in.Kind.String()+"/"+out.Status.String()]++
+			return
+		}
 		r.ops = append(r.ops, porcupine.Operation{ClientId: in.Client, Input: in, Call: in.Call, Output: out, Return: in.Return})
-		r.mu.Unlock()
 	}
+}
+
+// Failed is how many operations of each kind failed ("acquire/failed": 3):
+// left out of the history, nothing having happened.
+func (r *Recorder) Failed() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := map[string]int{}
+	for k, n := range r.failed {
+		c[k] = n
+	}
+	return c
 }
 
 // Operations returns the history so far.
@@ -60,12 +81,19 @@ func Counts(ops []porcupine.Operation) map[string]int {
 // $ARTIFACTS (or the system's temporary directory), whose path it logs.
 func Check(tb testing.TB, name string, ops []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
 	tb.Helper()
+	return CheckInto(tb, os.Getenv("ARTIFACTS"), name, ops, timeout)
+}
+
+// CheckInto is Check saving the artefacts of a failure under base (the
+// system's temporary directory if empty) instead of $ARTIFACTS.
+func CheckInto(tb testing.TB, base, name string, ops []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+	tb.Helper()
 	model := Model.ToModel()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, timeout)
 	if res == porcupine.Ok {
 		return res
 	}
-	dir, err := saveArtefacts(name, model, info, ops)
+	dir, err := saveArtefacts(base, name, model, info, ops)
 	if err != nil {
 		tb.Errorf("leasecheck: saving the artefacts: %v", err)
 	}
@@ -80,8 +108,7 @@ func describe(res porcupine.CheckResult) string {
 	return "unknown (the check timed out)"
 }
 
-func saveArtefacts(name string, model porcupine.Model, info porcupine.LinearizationInfo, ops []porcupine.Operation) (string, error) {
-	base := os.Getenv("ARTIFACTS")
+func saveArtefacts(base, name string, model porcupine.Model, info porcupine.LinearizationInfo, ops []porcupine.Operation) (string, error) {
 	if base == "" {
 		base = os.TempDir()
 	}

@@ -65,10 +65,14 @@ const (
 	Conflict
 	// Unknown: an error; the operation may or may not have happened.
 	Unknown
+	// Failed: an error that promises nothing happened (a 503 without
+	// "outcome": "unknown", a connection refused): the Recorder leaves it
+	// out of the history and only counts it.
+	Failed
 )
 
 func (s Status) String() string {
-	return [...]string{"ok", "held", "lost", "fenced", "conflict", "unknown"}[s]
+	return [...]string{"ok", "held", "lost", "fenced", "conflict", "unknown", "failed"}[s]
 }
 
 // Input is one operation: its key, the token of the lease it acts with
@@ -118,6 +122,9 @@ func certainlyValid(s State, in Input) bool { return s.Holder != 0 && in.Return 
 
 func step(s State, in Input, out Output) []State {
 	one := func(st State) []State { return []State{st} }
+	if out.Status == Failed {
+		return one(s) // nothing happened
+	}
 	switch in.Kind {
 	case Acquire:
 		switch out.Status {

@@ -16,7 +16,8 @@ type Target interface {
 	Keepalive(ctx context.Context, key, id string) Status
 	Release(ctx context.Context, key, id string) Status
 	// Write writes the register guarded by key with token: OK, Fenced,
-	// Conflict (an optimistic write lost a race) or Unknown.
+	// Conflict (an optimistic write lost a race) or Unknown. Any method
+	// may answer Failed for an error that promises nothing happened.
 	Write(ctx context.Context, key string, token int64) Status
 }
 
@@ -59,6 +60,11 @@ func runClient(ctx context.Context, rec *Recorder, t Target, w Workload, c int, 
 		done := rec.Begin(Input{Kind: Acquire, Key: key, Client: c, TTL: w.TTL})
 		id, token, st := t.Acquire(opCtx, key, w.TTL, w.Wait)
 		done(Output{Status: st, Token: token})
+		if st == Unknown || st == Failed {
+			// The deployment is in trouble (a fault): come back a
+			// little later, as a client honouring Retry-After would.
+			time.Sleep(time.Duration(50+rnd.IntN(200)) * time.Millisecond)
+		}
 		if st != OK {
 			continue
 		}
