@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/lib/pq"
@@ -97,6 +98,36 @@ func IsConnectionError(err error) bool {
 		return true
 	case len(c) == 5 && c[:2] == "08":
 		return true
+	case c != "":
+		return false
+	}
+	return isProtocolDesync(err)
+}
+
+// protocolDesync are the messages lib/pq gives, as plain errors (no
+// driver.ErrBadConn, no SQLSTATE), when a connection's protocol state is
+// not what it expects: typically a session the server ended
+// (pg_terminate_backend, a restart) that was read half-way. The connection
+// is no longer usable, so they are connection errors; as plain errors they
+// were answered 500 (seen once in about ten runs of the chaos suite, on a
+// create under pg_terminate_backend).
+var protocolDesync = []string{
+	"unexpected transaction status",
+	"unexpected command tag",
+	"pq: unexpected message",
+	"pq: unknown response for simple query",
+	"pq: unexpected DataRow",
+	"pq: unexpected describe",
+	"pq: unexpected bind response",
+	"pq: unexpected parse response",
+}
+
+func isProtocolDesync(err error) bool {
+	msg := err.Error()
+	for _, m := range protocolDesync {
+		if strings.Contains(msg, m) {
+			return true
+		}
 	}
 	return false
 }

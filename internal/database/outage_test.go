@@ -46,6 +46,10 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 		{"53300 too many connections", &pq.Error{Code: "53300"}, repolock.EUnavailable, "the database is unavailable; try again"},
 		{"commit lost", fmt.Errorf("commit: %w: %w", database.ErrCommitOutcomeUnknown, read), repolock.EUnavailable,
 			"the database connection was lost while committing: the outcome is unknown; re-read before retrying"},
+		{"lib/pq: begin on a connection in the wrong state", fmt.Errorf("begin: %w", errors.New("pq: unexpected transaction status idle in transaction")),
+			repolock.EUnavailable, "the database is unavailable; try again"},
+		{"lib/pq: begin's command tag", errors.New("unexpected command tag SET"), repolock.EUnavailable, "the database is unavailable; try again"},
+		{"lib/pq: a message out of order", errors.New(`pq: unexpected message 'E' in simple query execution`), repolock.EUnavailable, "the database is unavailable; try again"},
 		{"unique violation stays", &pq.Error{Code: "23505"}, repolock.EAlreadyExists, "already exists"},
 		{"query canceled stays", &pq.Error{Code: "57014"}, repolock.ETimeout, "the operation timed out"},
 	}
