@@ -11,7 +11,7 @@ import (
 // LoadKeyingNext is LoadKeying under the rules next builds from the loaded
 // ones (normalize.NextForTest): the keying of a replica of rules N+1.
 func LoadKeyingNext(ctx context.Context, db *database.DB, next func(*normalize.Normalizer) *normalize.Normalizer) (*locks.Keying, error) {
-	return loadKeying(ctx, db, normalize.Default().Version(), next)
+	return loadKeying(ctx, db, next)
 }
 
 // SetNextRules makes s's runs key under the rules next builds, after the

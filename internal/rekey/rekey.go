@@ -229,7 +229,7 @@ func (s *Service) Run(ctx context.Context, k *locks.Keying, opts Options) (_ Rep
 		}
 		// The registration bumped the generation when it raised the
 		// version: key under the rules as they are now.
-		if k, err = loadKeying(ctx, db, normalize.Default().Version(), s.next); err != nil {
+		if k, err = loadKeying(ctx, db, s.next); err != nil {
 			return Report{}, err
 		}
 		n = k.Current

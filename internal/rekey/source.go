@@ -139,13 +139,12 @@ ORDER BY 1`
 // refuses claims when a newer version has served.
 func LoadKeying(ctx context.Context, db *database.DB) (_ *locks.Keying, err error) {
 	defer repolock.WrapOp(&err, "rekey.LoadKeying")
-	return loadKeying(ctx, db, normalize.Default().Version(), nil)
+	return loadKeying(ctx, db, nil)
 }
 
-// loadKeying is LoadKeying for the rules version current (tests build a
-// newer one with next: the normalizer of version current, from the base
-// rules with the aliases).
-func loadKeying(ctx context.Context, db *database.DB, current int, next func(*normalize.Normalizer) *normalize.Normalizer) (*locks.Keying, error) {
+// loadKeying is LoadKeying; tests pass next to key under a newer rules
+// version built from the loaded ones (nil: this binary's rules).
+func loadKeying(ctx context.Context, db *database.DB, next func(*normalize.Normalizer) *normalize.Normalizer) (*locks.Keying, error) {
 	var (
 		k     = &locks.Keying{}
 		as    []Alias
