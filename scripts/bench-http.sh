@@ -252,7 +252,7 @@ declare -A rate=() p50=() p99=() bad=() opened=() count=() inserted=()
 # idle and iowait) and the WAL Postgres wrote (pg_current_wal_lsn, server-
 # wide: quiet machines only). The rest of the machine's CPU is Postgres' and
 # the kernel's. Returns CMD's status.
-declare -A cpu_gen=() cpu_bin=() cpu_busy=() wal_bytes=() per_batch=()
+declare -A cpu_gen=() cpu_bin=() cpu_busy=() cpu_pg=() wal_bytes=() per_batch=()
 # batch_counts SIDE: "calls batches" of the binary's batched writes (group
 # commit, repolock_db_batch_calls_total and repolock_db_batches_total summed
 # over statements; "0 0" from a binary that does not export them).
@@ -262,15 +262,37 @@ batch_counts() {
 }
 busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Postgres' own CPU, where its postmaster is a local process this user can
+# read: the postmaster, its live children (backends, walwriter,
+# checkpointer, autovacuum) and the children it has reaped (cutime and
+# cstime: pgbench's backends exit). It is CPU time, not wall time, so other
+# work on the machine barely moves it; but every database on the server
+# counts, so it means something only on a server of the benchmark's own
+# (DATABASE_URL pointing at one), and the report says which.
+pg_postmaster=
+pg_dir=$(psql_admin -c 'SHOW data_directory' 2>/dev/null || true)
+if [ -n "$pg_dir" ] && [ -r "$pg_dir/postmaster.pid" ]; then
+	pg_postmaster=$(head -n 1 "$pg_dir/postmaster.pid")
+	[ -r "/proc/$pg_postmaster/stat" ] || pg_postmaster=
+fi
+pg_ticks() {
+	[ -n "$pg_postmaster" ] || { echo 0; return; }
+	local t c
+	t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pg_postmaster/stat" 2>/dev/null || echo 0)
+	for c in $(pgrep -P "$pg_postmaster"); do t=$((t + $(proc_ticks "$c"))); done
+	echo "$t"
+}
 measured() {
-	local side=$1 ph=$2 outfile=$3 rc=0 b0 b1 m0 m1 w0 w1 gen c0 n0 c1 n1
+	local side=$1 ph=$2 outfile=$3 rc=0 b0 b1 m0 m1 w0 w1 gen c0 n0 c1 n1 p0 p1
 	shift 3
 	read -r c0 n0 < <(batch_counts "$side")
 	w0=$(psql_admin -c 'SELECT pg_current_wal_lsn()')
 	m0=$(busy_ticks)
 	b0=$(proc_ticks "${server_pid[$side]}")
+	p0=$(pg_ticks)
 	{ TIMEFORMAT='%U %S'; time "$@" >"$outfile" 2>&1 || rc=$?; } 2>"$outfile.cpu"
 	b1=$(proc_ticks "${server_pid[$side]}")
+	p1=$(pg_ticks)
 	m1=$(busy_ticks)
 	w1=$(psql_admin -c 'SELECT pg_current_wal_lsn()')
 	read -r c1 n1 < <(batch_counts "$side")
@@ -279,6 +301,7 @@ measured() {
 	cpu_gen[$side,$ph]=$gen
 	cpu_bin[$side,$ph]=$(awk -v t="$((b1 - b0))" -v hz="$clk_tck" 'BEGIN {print t / hz}')
 	cpu_busy[$side,$ph]=$(awk -v t="$((m1 - m0))" -v hz="$clk_tck" 'BEGIN {print t / hz}')
+	cpu_pg[$side,$ph]=$(awk -v t="$((p1 - p0))" -v hz="$clk_tck" 'BEGIN {print t / hz}')
 	wal_bytes[$side,$ph]=$(psql_admin -c "SELECT pg_wal_lsn_diff('$w1', '$w0')::bigint")
 	return $rc
 }
@@ -376,6 +399,19 @@ keepalive_leases() {
 }
 declare -A kleases=()
 
+# supports SIDE PHASE: whether the side's binary has what the phase
+# measures. A baseline older than leases (BENCH_BASE_REF before round 4)
+# has no lease routes: its lease phases are skipped, not failed.
+supports() {
+	case $2 in
+	l | L | k)
+		local url
+		url=$(with_db "$admin_url" "${db_name[$1]}")
+		[ "$(psql "$url" -X -Atq -c "SELECT to_regclass('leases') IS NOT NULL")" = t ] ;;
+	*) return 0 ;;
+	esac
+}
+
 # prepare SIDE PHASE: the state a phase measures.
 prepare() {
 	case $2 in
@@ -396,6 +432,10 @@ declare -A label=([f]="pgbench raw INSERT ON CONFLICT (tps)" [s]="pgbench the ac
 for ph in $phases; do
 	case $ph in f | s | h | a | m | z | l | L | k) ;; *) say "unknown phase $ph"; exit 2 ;; esac
 	for side in "${sides[@]}"; do
+		if ! supports "$side" "$ph"; then
+			say "$side: phase $ph (${label[$ph]}) skipped: this binary has no such feature"
+			continue
+		fi
 		prepare "$side" "$ph"
 		say "$side: phase $ph (${label[$ph]}), ${conns} connections, ${duration}s"
 		case $ph in
@@ -427,6 +467,7 @@ fmt_rate() { [ -n "${1:-}" ] && awk -v v="$1" 'BEGIN {printf "%.0f", v}' || echo
 
 echo
 echo "make bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+dirty'), ${conns} connections, ${duration}s per phase"
+echo "Postgres processes µs/op: ${pg_postmaster:+CPU of the server's postmaster and its children (postmaster pid $pg_postmaster): every database on it counts, so use a server of the benchmark's own}${pg_postmaster:-not measured (the server is not a local process this user can read)}"
 echo "machine: $(nproc --all) CPUs; load average before $load_before, after $load_after; Postgres $(psql_admin -c 'SHOW server_version' | cut -d' ' -f1)"
 echo "CPUs: $pin_note"
 for side in "${sides[@]}"; do
@@ -459,8 +500,8 @@ echo
 header="| phase |"
 sep="| --- |"
 for side in "${sides[@]}"; do
-	header+=" $side busy CPUs | $side binary µs/op | $side load generator µs/op | $side Postgres + kernel µs/op | $side WAL bytes/op | $side requests per batch |"
-	sep+=" ---: | ---: | ---: | ---: | ---: | ---: |"
+	header+=" $side busy CPUs | $side binary µs/op | $side load generator µs/op | $side Postgres + kernel µs/op | $side Postgres processes µs/op | $side WAL bytes/op | $side requests per batch |"
+	sep+=" ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 done
 echo "$header"
 echo "$sep"
@@ -468,12 +509,13 @@ for ph in $phases; do
 	line="| $ph |"
 	for side in "${sides[@]}"; do
 		line+=" $(awk -v n="${count[$side,$ph]:-0}" -v d="$duration" -v busy="${cpu_busy[$side,$ph]:-0}" -v b="${cpu_bin[$side,$ph]:-0}" \
-			-v g="${cpu_gen[$side,$ph]:-0}" -v w="${wal_bytes[$side,$ph]:-0}" 'BEGIN {
-				if (n == 0) { printf "- | - | - | - | -"; exit }
+			-v g="${cpu_gen[$side,$ph]:-0}" -v w="${wal_bytes[$side,$ph]:-0}" -v pg="${cpu_pg[$side,$ph]:-0}" -v havepg="${pg_postmaster:+1}" 'BEGIN {
+				if (n == 0) { printf "- | - | - | - | - | -"; exit }
 				# The kernel'"'"'s work for a process'"'"'s system calls is that
 				# process'"'"'s CPU, so the rest can round to below 0.
 				rest = busy - b - g; if (rest < 0) rest = 0
-				printf "%.2f | %.0f | %.0f | %.0f | %.0f", busy / d, b / n * 1e6, g / n * 1e6, rest / n * 1e6, w / n }') | ${per_batch[$side,$ph]:--} |"
+				pgs = havepg ? sprintf("%.0f", pg / n * 1e6) : "-"
+				printf "%.2f | %.0f | %.0f | %.0f | %s | %.0f", busy / d, b / n * 1e6, g / n * 1e6, rest / n * 1e6, pgs, w / n }') | ${per_batch[$side,$ph]:--} |"
 	done
 	echo "$line"
 done

@@ -80,9 +80,31 @@ func (s *Server) middlewares() []echo.MiddlewareFunc {
 		s.strictTransport,
 		s.accessLog,
 		s.recoverPanic,
+		s.announceWrites,
 		s.limitBody,
 		s.timeout,
 		s.checkParams,
+	}
+}
+
+// announceWrites tells the watch (Config.Watch) after every request that
+// may have written events (every method but GET, HEAD and OPTIONS,
+// whatever its status: a refused claim records a denial), once the
+// handler has returned and its transaction has committed. Written only
+// wakes the watch's loops; the NOTIFY to the other replicas goes out of
+// the request's path (internal/watch, "Who notifies").
+func (s *Server) announceWrites(next echo.HandlerFunc) echo.HandlerFunc {
+	if s.cfg.Watch == nil {
+		return next
+	}
+	return func(c echo.Context) error {
+		err := next(c)
+		switch c.Request().Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			s.cfg.Watch.Written()
+		}
+		return err
 	}
 }
 

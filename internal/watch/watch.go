@@ -72,8 +72,8 @@
 //
 // # Fan-out
 //
-// A Service holds one LISTEN connection (channel repolock_events, notified
-// by a statement trigger on every insert) and one in-memory buffer of the
+// A Service holds one LISTEN connection (channel repolock_events) and one
+// in-memory buffer of the
 // newest events of every tenant. A notification makes the service read the
 // new events once, append them to the buffer and wake every waiting
 // watcher, which then reads from its own cursor in the buffer; a watcher
@@ -81,6 +81,23 @@
 // watchers hold no database connection. While the LISTEN connection is
 // down the service polls every PollInterval: cursors make this safe, so
 // nothing is flushed.
+//
+// # Who notifies
+//
+// The process that wrote events notifies, after its commit, not the
+// writing transaction: Written (called by the HTTP API after every request
+// that may write) wakes this process's loop at once and, at most once per
+// Config.Coalesce, sends NOTIFY in a transaction of its own, which wakes
+// every other replica. NOTIFY inside the writing transaction (a trigger,
+// as migration 000018 had) would serialize the commits of every writer of
+// the server: a transaction that called NOTIFY holds, from its pre-commit
+// until after its WAL flush, a lock every notifying transaction shares
+// (PostgreSQL's PreCommit_Notify), so concurrent acquire batches could no
+// longer share a WAL flush (make bench-http: acquires at 0.72x). Events
+// written outside the service (plain SQL, a command such as api gc) send no
+// notification; the loop's backstop read, every PollInterval even while
+// the LISTEN connection is up, delivers them. A lost notification delays
+// an event by at most PollInterval; it never loses one (cursors).
 package watch
 
 import (
@@ -231,7 +248,8 @@ type Config struct {
 	// be empty.
 	SharedListener bool
 	// PollInterval is how often the service reads while it has no LISTEN
-	// connection (0: DefaultPollInterval).
+	// connection, and its backstop read while it has one, which delivers
+	// events written outside the service (0: DefaultPollInterval).
 	PollInterval time.Duration
 	// BufferSize is how many of the newest events are kept in memory
 	// (0: DefaultBufferSize).
@@ -263,6 +281,7 @@ type Service struct {
 	watchers map[string]int
 
 	wake      chan struct{}
+	written   chan struct{} // Written: a NOTIFY is due
 	listener  *pq.Listener
 	connected bool
 	done      chan struct{}
@@ -298,6 +317,7 @@ func New(db *database.DB, cfg Config) *Service {
 		changed:  make(chan struct{}),
 		watchers: map[string]int{},
 		wake:     make(chan struct{}, 1),
+		written:  make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -681,6 +701,54 @@ func (s *Service) Start(ctx context.Context) {
 		s.cfg.Logger.Info("watch: no LISTEN connection; polling", "interval", s.cfg.PollInterval.String())
 	}
 	go s.loop(ctx, notify)
+	go s.notifier(ctx)
+}
+
+// Written tells the service that this process has committed a change that
+// may have written events. It never blocks and never touches the database
+// itself: it wakes the loop, and the notifier sends one NOTIFY for every
+// burst of calls (see "Who notifies").
+func (s *Service) Written() {
+	s.poke()
+	select {
+	case s.written <- struct{}{}:
+	default:
+	}
+}
+
+// notifySQL wakes every replica's watch. It runs outside any writing
+// transaction, so the lock PostgreSQL takes for a notifying commit is held
+// by this one-statement transaction only.
+const notifySQL = `SELECT pg_notify('` + NotifyChannel + `', '')`
+
+// notifier sends a NOTIFY after Written, then waits Config.Coalesce before
+// the next one: the writes of that interval share it.
+func (s *Service) notifier(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		case <-s.written:
+		}
+		nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := s.db.ExecContext(nctx, notifySQL); err != nil {
+			// The other replicas read it at their next backstop read.
+			s.cfg.Logger.Debug("watch: NOTIFY failed", "error", err.Error())
+		}
+		cancel()
+		t := time.NewTimer(s.cfg.Coalesce)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-s.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Listening reports whether the LISTEN connection is up.
@@ -744,8 +812,9 @@ func (s *Service) poke() {
 	}
 }
 
-// loop reads new events: at a notification, every PollInterval while the
-// listener is down (and every 10 PollIntervals while it is up, a backstop),
+// loop reads new events: at a notification or Written, and every
+// PollInterval (while the listener is up, a backstop for events written
+// outside the service),
 // and again soon after a read that found committed events held back behind
 // a running transaction (that transaction's end sends no notification when
 // it wrote no event).
@@ -755,9 +824,6 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 	var last time.Time
 	for {
 		wait := s.cfg.PollInterval
-		if s.Listening() {
-			wait = 10 * s.cfg.PollInterval
-		}
 		if retry > 0 && retry < wait {
 			wait = retry
 		}

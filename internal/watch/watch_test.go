@@ -384,8 +384,9 @@ func listening(t *testing.T, db *database.DB, url string, shared bool, poll time
 }
 
 // TestNotifyWakes: with the LISTEN connection up (its own, or the token
-// cache's shared with it), an insert wakes the watchers waiting on
-// Changed, and they read it from the buffer.
+// cache's shared with it), an event written by another replica wakes the
+// watchers waiting on Changed once that replica calls Written (its NOTIFY,
+// sent after the write committed), and they read it from the buffer.
 func TestNotifyWakes(t *testing.T) {
 	t.Parallel()
 	for _, shared := range []bool{false, true} {
@@ -394,14 +395,57 @@ func TestNotifyWakes(t *testing.T) {
 			db, url := dbtest.NewWithURL(t)
 			s := listening(t, db, url, shared, time.Hour)
 			waitFor(t, "listener connected", s.Listening)
+			// The writing replica: no LISTEN connection, and it never polls
+			// within the test.
+			w := watch.New(db, watch.Config{Retention: -1, PollInterval: time.Hour, Logger: discard()})
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			w.Start(ctx)
+			t.Cleanup(w.Close)
 			u := dbtest.NewTenant(t, db, "")
 			head := awaitHead(t, s, watch.Scope{TenantID: u.ID})
 			id := insertEvent(t, db, u.ID, "https://example.com/n/r")
+			w.Written()
 			// The poll interval is an hour: only the notification can deliver it.
 			if got := awaitEvents(t, s, watch.Scope{TenantID: u.ID}, head, 1); !slices.Equal(got, []int64{id}) {
 				t.Fatalf("got %v, want [%d]", got, id)
 			}
 		})
+	}
+}
+
+// TestWrittenWakesItsOwnProcess: Written wakes the process's own loop at
+// once, with no LISTEN connection and no poll within the test.
+func TestWrittenWakesItsOwnProcess(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	s := watch.New(db, watch.Config{Retention: -1, PollInterval: time.Hour, Logger: discard()})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s.Start(ctx)
+	t.Cleanup(s.Close)
+	u := dbtest.NewTenant(t, db, "")
+	head := awaitHead(t, s, watch.Scope{TenantID: u.ID})
+	id := insertEvent(t, db, u.ID, "https://example.com/w/r")
+	s.Written()
+	if got := awaitEvents(t, s, watch.Scope{TenantID: u.ID}, head, 1); !slices.Equal(got, []int64{id}) {
+		t.Fatalf("got %v, want [%d]", got, id)
+	}
+}
+
+// TestBackstopReadsEventsWrittenOutside: an event written outside the
+// service (plain SQL: no Written, no NOTIFY) still reaches the watchers of
+// a listening service, by the backstop read every PollInterval.
+func TestBackstopReadsEventsWrittenOutside(t *testing.T) {
+	t.Parallel()
+	db, url := dbtest.NewWithURL(t)
+	s := listening(t, db, url, false, 50*time.Millisecond)
+	waitFor(t, "listener connected", s.Listening)
+	u := dbtest.NewTenant(t, db, "")
+	head := awaitHead(t, s, watch.Scope{TenantID: u.ID})
+	id := insertEvent(t, db, u.ID, "https://example.com/b/r")
+	if got := awaitEvents(t, s, watch.Scope{TenantID: u.ID}, head, 1); !slices.Equal(got, []int64{id}) {
+		t.Fatalf("got %v, want [%d]", got, id)
 	}
 }
 
