@@ -10,3 +10,10 @@ func (s *Service) DecodeForTest(sc Scope, token string) (Position, error) {
 	p, _, err := s.decode(sc, token, time.Now())
 	return p, err
 }
+
+// LoopState is the loop's read count and whether its buffer is stale.
+func (s *Service) LoopState() (reads int, stale bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads, s.stale
+}

@@ -279,6 +279,14 @@ type Service struct {
 	buf      []Event
 	changed  chan struct{}
 	watchers map[string]int
+	// interest: someone took Changed since the last read that advanced
+	// the stream (a waiting watcher). Without it a wake-up is not worth a
+	// read: the loop skips it and marks the buffer stale; memRead then
+	// declines and readers go to the database, and the next Changed pokes
+	// the loop. The backstop read runs either way.
+	interest bool
+	stale    bool
+	reads    int // reads of the loop (advance), for tests
 
 	wake      chan struct{}
 	written   chan struct{} // Written: a NOTIFY is due
@@ -613,7 +621,7 @@ func (s *Service) withCursors(sc Scope, events []Event) []Event {
 func (s *Service) memRead(sc Scope, pos Position, kinds []string, limit int) ([]Event, Position, time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.ready || pos.Less(s.bufStart) {
+	if !s.ready || s.stale || pos.Less(s.bufStart) {
 		return nil, Position{}, time.Time{}, false
 	}
 	i, _ := slices.BinarySearchFunc(s.buf, pos, func(e Event, p Position) int {
@@ -647,6 +655,10 @@ func (s *Service) memRead(sc Scope, pos Position, kinds []string, limit int) ([]
 func (s *Service) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.interest = true
+	if s.stale {
+		s.poke()
+	}
 	return s.changed
 }
 
@@ -821,7 +833,7 @@ func (s *Service) poke() {
 func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 	defer close(s.stopped)
 	retry := time.Duration(0)
-	var last time.Time
+	var last, lastRead time.Time
 	for {
 		wait := s.cfg.PollInterval
 		if retry > 0 && retry < wait {
@@ -852,7 +864,23 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 				drained = true
 			}
 		}
+		// A wake-up with nobody waiting (Written after every write, with
+		// no watcher on this replica) is not worth a read; the backstop
+		// read (every PollInterval) and a read the retry asked for are.
+		s.mu.Lock()
+		skip := s.ready && !s.interest && retry == 0 && time.Since(lastRead) < s.cfg.PollInterval
+		if skip {
+			s.stale = true
+		}
+		s.mu.Unlock()
+		if skip {
+			if !s.sleep(ctx, s.cfg.PollInterval-time.Since(lastRead), &notify) {
+				return
+			}
+			continue
+		}
 		last = time.Now()
+		lastRead = last
 		held, err := s.advance(ctx)
 		switch {
 		case err != nil:
@@ -865,23 +893,30 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 		default:
 			retry = 0
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !s.sleep(ctx, wait, &notify) {
 			return
-		case <-s.done:
-			t.Stop()
-			return
-		case _, ok := <-notify:
-			if !ok {
-				notify = nil
-			}
-		case <-s.wake:
-		case <-t.C:
 		}
-		t.Stop()
 	}
+}
+
+// sleep waits up to d for a notification or a wake-up; false when the
+// service stops.
+func (s *Service) sleep(ctx context.Context, d time.Duration, notify *<-chan *pq.Notification) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	case _, ok := <-*notify:
+		if !ok {
+			*notify = nil
+		}
+	case <-s.wake:
+	case <-t.C:
+	}
+	return true
 }
 
 // advance reads every event after head into the buffer and wakes the
@@ -916,7 +951,10 @@ func (s *Service) advance(ctx context.Context) (held bool, err error) {
 			s.buf = slices.Delete(s.buf, 0, over)
 		}
 		s.head, s.headAt = maxPos(s.head, next), at
+		s.stale = false
+		s.reads++
 		if advanced {
+			s.interest = false
 			close(s.changed)
 			s.changed = make(chan struct{})
 		}

@@ -433,6 +433,40 @@ func TestWrittenWakesItsOwnProcess(t *testing.T) {
 	}
 }
 
+// TestWrittenWithoutWatchersSkipsTheRead: with nobody waiting on Changed,
+// Written does not make the loop read (a replica without watchers pays no
+// read per write); the buffer is marked stale, so a reader still gets the
+// new event (from the database), and the next Changed makes the loop read.
+func TestWrittenWithoutWatchersSkipsTheRead(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	s := watch.New(db, watch.Config{Retention: -1, PollInterval: time.Hour, Logger: discard()})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s.Start(ctx)
+	t.Cleanup(s.Close)
+	waitFor(t, "first read", func() bool { r, _ := s.LoopState(); return r >= 1 })
+	u := dbtest.NewTenant(t, db, "")
+	sc := watch.Scope{TenantID: u.ID}
+	head := awaitHead(t, s, sc)
+	r0, _ := s.LoopState()
+	id := insertEvent(t, db, u.ID, "https://example.com/s/r")
+	s.Written()
+	waitFor(t, "the wake-up skipped", func() bool { _, stale := s.LoopState(); return stale })
+	if r, _ := s.LoopState(); r != r0 {
+		t.Fatalf("the loop read %d times with nobody waiting", r-r0)
+	}
+	p, err := s.Read(ctx, sc, head, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(p.Events); !slices.Equal(got, []int64{id}) {
+		t.Fatalf("read with a stale buffer: %v, want [%d]", got, id)
+	}
+	_ = s.Changed()
+	waitFor(t, "a read after Changed", func() bool { r, stale := s.LoopState(); return r > r0 && !stale })
+}
+
 // TestBackstopReadsEventsWrittenOutside: an event written outside the
 // service (plain SQL: no Written, no NOTIFY) still reaches the watchers of
 // a listening service, by the backstop read every PollInterval.
