@@ -327,6 +327,11 @@ run_pgbench() {
 	count[$side,$ph]=$(awk -F': ' '/^number of transactions actually processed/ {split($2, a, "/"); print a[1]; exit}' <<<"$out")
 	bad[$side,$ph]=$(awk -F': ' '/^number of failed transactions/ {split($2, a, " "); print a[1]; exit}' <<<"$out")
 	bad[$side,$ph]=${bad[$side,$ph]:-0}
+	if [ "${count[$side,$ph]:-0}" = 0 ]; then
+		say "$side $ph: pgbench completed no transaction:"
+		grep -m 5 -iE 'error|abort' "$tmp/out-$side-$ph" >&2 || cat "$tmp/out-$side-$ph" >&2
+		return 1
+	fi
 	read -r p50[$side,$ph] p99[$side,$ph] < <(cat "$tmp/log-$side-$ph"/tx* | awk '{print $3}' | sort -n |
 		awk '{v[NR]=$1} END {if (NR == 0) {print "0 0"; exit}; i50=int(NR*0.50); i99=int(NR*0.99); if (i50<1) i50=1; if (i99<1) i99=1; printf "%.2f %.2f\n", v[i50]/1000, v[i99]/1000}')
 	rm -rf "$tmp/log-$side-$ph"

@@ -456,6 +456,10 @@ func sameStatements(a, b []stmt) bool {
 }
 
 var (
+	// sliceRE is an array slice with a name after its colon ("[1:i]"),
+	// which pgbench would read as the variable ":i"; writeScript spaces it
+	// ("[1: i]", the same SQL).
+	sliceRE       = regexp.MustCompile(`\[([^\[\]:]*):([A-Za-z_][^\[\]]*)\]`)
 	placeholderRE = regexp.MustCompile(`\$([0-9]+)`)
 	pgbenchVarRE  = regexp.MustCompile(`(^|[^:]):[A-Za-z_]`)
 )
@@ -469,6 +473,7 @@ func writeScript(dir string, stmts []stmt) error {
 		"-- for one POST /v1/locks/acquire. :k is the per-transaction key.\n")
 	sawKey := false
 	for i, s := range stmts {
+		s.SQL = sliceRE.ReplaceAllString(s.SQL, "[$1: $2]")
 		if pgbenchVarRE.MatchString(s.SQL) {
 			return fmt.Errorf("statement %d contains ':name', which pgbench would read as a variable: %s", i+1, s.SQL)
 		}
