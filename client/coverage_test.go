@@ -39,9 +39,11 @@ var operationMethods = map[string][]string{
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},
 	"listLeases":      {"ListLeasesPage", "ListLeases"},
 	"watchEvents":     {"Events", "Watch"},
-	"listLockDenials": {"ListLockDenials"}, "transferLock": {"TransferLock"}, "offerHandover": {"OfferHandover"},
-	"listHandovers": {"ListHandovers"}, "acceptHandover": {"AcceptHandover"}, "declineHandover": {"DeclineHandover"},
+	"listLockDenials": {"ListLockDenialsPage", "ListLockDenials"}, "transferLock": {"TransferLock"}, "offerHandover": {"OfferHandover"},
+	"listHandovers": {"ListHandoversPage", "ListHandovers"}, "acceptHandover": {"AcceptHandover"}, "declineHandover": {"DeclineHandover"},
 	"withdrawHandover": {"WithdrawHandover"},
+	"adminListLockDenials": {"AdminListLockDenialsPage", "AdminListLockDenials"},
+	"adminListHandovers":   {"AdminListHandoversPage", "AdminListHandovers"}, "cancelHandover": {"CancelHandover"},
 	"listReservations": {"ListReservationsPage", "ListReservations"}, "createReservation": {"CreateReservation", "PlanCreateReservation"},
 	"deleteReservation": {"DeleteReservation"},
 }
