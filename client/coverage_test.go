@@ -41,7 +41,7 @@ var operationMethods = map[string][]string{
 	"watchEvents":     {"Events", "Watch"},
 	"listLockDenials": {"ListLockDenialsPage", "ListLockDenials"}, "transferLock": {"TransferLock"}, "offerHandover": {"OfferHandover"},
 	"listHandovers": {"ListHandoversPage", "ListHandovers"}, "acceptHandover": {"AcceptHandover"}, "declineHandover": {"DeclineHandover"},
-	"withdrawHandover": {"WithdrawHandover"},
+	"withdrawHandover":     {"WithdrawHandover"},
 	"adminListLockDenials": {"AdminListLockDenialsPage", "AdminListLockDenials"},
 	"adminListHandovers":   {"AdminListHandoversPage", "AdminListHandovers"}, "cancelHandover": {"CancelHandover"},
 	"listReservations": {"ListReservationsPage", "ListReservations"}, "createReservation": {"CreateReservation", "PlanCreateReservation"},
