@@ -152,6 +152,8 @@ func TestConsoleInBrowserDisputes(t *testing.T) {
 	// Reserve with the default (refuse): refused, the lock listed.
 	do("reserve refused", chromedp.Click(chromedp.CSS("#reserve-submit")))
 	waitText("reserve refused", "p.error", "other users hold live locks under github.com/acme")
+	// The browser reports the page's 409 as a failed load: expected here.
+	waitForError(t, errs, "status of 409")
 	if got := text("#reserve-conflicts tbody"); !strings.Contains(got, "github.com/acme/old") {
 		t.Errorf("refusal's conflicts: %q", got)
 	}
