@@ -171,7 +171,13 @@ func (m *mover) apply(ctx context.Context, tx database.Tx, srcs []source) (count
 	}
 	// The reservations that decide the new keys nobody holds: a move
 	// under another tenant's reservation is a conflict (ReasonReserved),
-	// recorded like the others, and the run goes on.
+	// recorded like the others, and the run goes on. A reservation being
+	// added cannot slip in between: Reserve takes SHARE on the locks
+	// table, which conflicts with the ROW EXCLUSIVE a version run's batch
+	// takes first (GuardRules) and the SHARE ROW EXCLUSIVE of an alias
+	// change; so either it committed before this statement (which sees
+	// it), or it waits for this transaction and then lists the moved lock
+	// among those it covers.
 	var free []normalize.Key
 	for _, w := range wanted {
 		if _, ok := holders[normalize.Key(w)]; !ok {
