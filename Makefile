@@ -68,7 +68,7 @@ test-ui: ## browser tests of the console (/ui/): installs Debian's chromium if i
 	if [ -z "$$chromium" ]; then echo "test-ui: SKIPPED: no Chromium available (see the message above)"; exit 0; fi; \
 	mkdir -p $${ARTIFACTS:-.artifacts}/ui; \
 	CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
-		$(GO) test -race -count=1 -timeout 10m -v -run '^TestConsoleInBrowser$$' ./tests/; \
+		$(GO) test -race -count=1 -timeout 10m -v -run '^TestConsoleInBrowser(Disputes)?$$' ./tests/; \
 	echo "test-ui: screenshots in $${ARTIFACTS:-.artifacts}/ui/"
 
 .PHONY: test-ha

@@ -366,12 +366,19 @@ func TestOperations(t *testing.T) {
 	if _, err := dave.AcquireLock(ctx, "https://github.com/handover/repo"); !client.IsClaimed(err) {
 		t.Fatalf("dave's acquire: %v, want repository_claimed", err)
 	}
-	if ds := must(carol.ListLockDenials(ctx, acq.LockID))(t); len(ds) != 1 || ds[0].Tenant != "dave" || ds[0].Count != 1 {
+	if ds := collect(t, carol.ListLockDenials(ctx, acq.LockID, client.ListOptions{PageSize: 1})); len(ds) != 1 || ds[0].Tenant != "dave" || ds[0].Count != 1 {
 		t.Errorf("ListLockDenials = %+v", ds)
 	}
+	if ds := collect(t, e.admin.AdminListLockDenials(ctx, acq.LockID, client.ListOptions{})); len(ds) != 1 || ds[0].Tenant != "dave" {
+		t.Errorf("AdminListLockDenials = %+v", ds)
+	}
 	ho := must(carol.OfferHandover(ctx, acq.LockID, "dave", time.Hour))(t)
-	if hs := must(dave.ListHandovers(ctx))(t); len(hs.Received) != 1 || hs.Received[0].ID != ho.ID || hs.Received[0].From != "carol" {
-		t.Errorf("ListHandovers = %+v", hs)
+	recv := collect(t, dave.ListHandovers(ctx, client.HandoverListOptions{Direction: client.HandoversReceived}))
+	if len(recv) != 1 || recv[0].ID != ho.ID || recv[0].From != "carol" {
+		t.Errorf("ListHandovers received = %+v", recv)
+	}
+	if made := collect(t, dave.ListHandovers(ctx, client.HandoverListOptions{Direction: client.HandoversOffered})); len(made) != 0 {
+		t.Errorf("ListHandovers offered = %+v", made)
 	}
 	if err := dave.DeclineHandover(ctx, ho.ID); err != nil {
 		t.Fatal(err)
@@ -379,6 +386,17 @@ func TestOperations(t *testing.T) {
 	ho = must(carol.OfferHandover(ctx, acq.LockID, "dave", 0))(t)
 	if err := carol.WithdrawHandover(ctx, ho.ID); err != nil {
 		t.Fatal(err)
+	}
+	// An operator withdraws an offer for its owner.
+	ho = must(carol.OfferHandover(ctx, acq.LockID, "dave", 0))(t)
+	if all := collect(t, e.admin.AdminListHandovers(ctx, client.ListOptions{PageSize: 1})); len(all) != 1 || all[0].ID != ho.ID {
+		t.Errorf("AdminListHandovers = %+v", all)
+	}
+	if err := e.admin.CancelHandover(ctx, ho.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.CancelHandover(ctx, ho.ID); !client.IsNotFound(err) {
+		t.Errorf("CancelHandover twice: %v, want not_found", err)
 	}
 	ho = must(carol.OfferHandover(ctx, acq.LockID, "dave", 0))(t)
 	if tr := must(dave.AcceptHandover(ctx, ho.ID))(t); tr.From != "carol" || tr.To != "dave" {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"iter"
 	"net/http"
 	"time"
 )
@@ -44,10 +45,17 @@ type Handover struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
-// Handovers are the open offers a tenant received and made.
-type Handovers struct {
-	Received []Handover `json:"received"`
-	Offered  []Handover `json:"offered"`
+// Directions of HandoverListOptions.
+const (
+	HandoversReceived = "received" // offers made to the caller
+	HandoversOffered  = "offered"  // offers the caller made
+)
+
+// HandoverListOptions pages the caller's open offers; Direction
+// HandoversReceived or HandoversOffered lists one side only ("": both).
+type HandoverListOptions struct {
+	ListOptions
+	Direction string
 }
 
 // Reference policies of TransferLock.
@@ -56,13 +64,32 @@ const (
 	ReferencesDelete = "delete" // delete them in the transfer's transaction
 )
 
-// ListLockDenials returns the denials recorded against one of the
-// caller's locks, per denied tenant.
-func (c *Client) ListLockDenials(ctx context.Context, lockID string) ([]Denial, error) {
-	v, err := get[struct {
-		Items []Denial `json:"items"`
-	}](ctx, c, p("/v1/locks/%s/denials", lockID), nil)
-	return v.Items, err
+// ListLockDenialsPage returns one page of the denials recorded against
+// one of the caller's locks, per denied tenant, by the tenants' names.
+func (c *Client) ListLockDenialsPage(ctx context.Context, lockID string, opts ListOptions) (Page[Denial], error) {
+	return get[Page[Denial]](ctx, c, p("/v1/locks/%s/denials", lockID), opts.query())
+}
+
+// ListLockDenials iterates over the denials recorded against one of the
+// caller's locks, per denied tenant, by the tenants' names.
+func (c *Client) ListLockDenials(ctx context.Context, lockID string, opts ListOptions) iter.Seq2[Denial, error] {
+	return all(ctx, opts, func(ctx context.Context, o ListOptions) (Page[Denial], error) {
+		return c.ListLockDenialsPage(ctx, lockID, o)
+	})
+}
+
+// AdminListLockDenialsPage returns one page of every denial recorded
+// against a lock, whoever owned it (admin token).
+func (c *Client) AdminListLockDenialsPage(ctx context.Context, lockID string, opts ListOptions) (Page[Denial], error) {
+	return get[Page[Denial]](ctx, c, p("/v1/admin/locks/%s/denials", lockID), opts.query())
+}
+
+// AdminListLockDenials iterates over every denial recorded against a
+// lock, per denied tenant (admin token).
+func (c *Client) AdminListLockDenials(ctx context.Context, lockID string, opts ListOptions) iter.Seq2[Denial, error] {
+	return all(ctx, opts, func(ctx context.Context, o ListOptions) (Page[Denial], error) {
+		return c.AdminListLockDenialsPage(ctx, lockID, o)
+	})
 }
 
 // TransferLock moves a lock to the tenant named to (admin token).
@@ -87,9 +114,42 @@ func (c *Client) OfferHandover(ctx context.Context, lockID, to string, expiresIn
 	return send[Handover](ctx, c, http.MethodPost, p("/v1/locks/%s/handover", lockID), body)
 }
 
-// ListHandovers returns the open offers the caller received and made.
-func (c *Client) ListHandovers(ctx context.Context) (Handovers, error) {
-	return get[Handovers](ctx, c, "/v1/handovers", nil)
+// ListHandoversPage returns one page of the caller's open offers, oldest
+// first.
+func (c *Client) ListHandoversPage(ctx context.Context, opts HandoverListOptions) (Page[Handover], error) {
+	q := opts.query()
+	if opts.Direction != "" {
+		q.Set("direction", opts.Direction)
+	}
+	return get[Page[Handover]](ctx, c, "/v1/handovers", q)
+}
+
+// ListHandovers iterates over the caller's open offers (received, made,
+// or both), oldest first.
+func (c *Client) ListHandovers(ctx context.Context, opts HandoverListOptions) iter.Seq2[Handover, error] {
+	return all(ctx, opts.ListOptions, func(ctx context.Context, lo ListOptions) (Page[Handover], error) {
+		o := opts
+		o.ListOptions = lo
+		return c.ListHandoversPage(ctx, o)
+	})
+}
+
+// AdminListHandoversPage returns one page of every tenant's open offers,
+// oldest first (admin token).
+func (c *Client) AdminListHandoversPage(ctx context.Context, opts ListOptions) (Page[Handover], error) {
+	return get[Page[Handover]](ctx, c, "/v1/admin/handovers", opts.query())
+}
+
+// AdminListHandovers iterates over every tenant's open offers (admin
+// token).
+func (c *Client) AdminListHandovers(ctx context.Context, opts ListOptions) iter.Seq2[Handover, error] {
+	return all(ctx, opts, c.AdminListHandoversPage)
+}
+
+// CancelHandover withdraws an open offer for its owner (admin token);
+// recorded as handover_withdrawn by the admin.
+func (c *Client) CancelHandover(ctx context.Context, id string) error {
+	return c.del(ctx, p("/v1/admin/handovers/%s", id))
 }
 
 // AcceptHandover takes the lock of an offer made to the caller.

@@ -18,6 +18,10 @@
 #      over both requests)
 #   L  the same with 10,000 live leases set up before
 #   k  wrk: POST /v1/leases/{id}/keepalive, one live lease per tenant
+#   r  the same as h, after 100,000 reservations of other tenants' prefixes
+#      were added (spread like organisations' prefixes on a few hosts, none
+#      covering the URLs acquired); r/h is printed. Skipped (n/a) for a
+#      binary whose database has no reservations table
 # and prints rates, p50/p99, non-2xx counts, the Postgres sessions opened
 # during each phase (pg_stat_database.sessions) and the ratios against their
 # targets.
@@ -345,7 +349,10 @@ run_wrk() {
 			"${debug_url[$side]}/debug/pprof/profile?seconds=$((duration - 3))" &
 		prof=$!
 	fi
-	BENCH_PHASE=$ph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$side BENCH_LEASES=${kleases[$side]:-} \
+	local wph=$ph wrun=$side
+	# Phase r is phase h on a database with reservations, on other URLs.
+	[ "$ph" = r ] && wph=h wrun=$side-r
+	BENCH_PHASE=$wph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$wrun BENCH_LEASES=${kleases[$side]:-} \
 		measured "$side" "$ph" "$tmp/out-$side-$ph" \
 		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" || {
 		say "$side $ph: wrk failed:"
@@ -404,15 +411,46 @@ keepalive_leases() {
 }
 declare -A kleases=()
 
+# reservations SIDE N: N reservations in the side's database, inserted
+# directly, each for one of the tenants other than "bench" (the requests
+# take turns with every tenant's token; none of these prefixes covers
+# github.com/bench-h/, so every claim is checked and none refused): 80%
+# host/org on github.com, 10% host/group/subgroup on gitlab.com, 5% exact
+# repository keys, 5% host/org on 50 other hosts.
+reservations() {
+	local url
+	url=$(with_db "$admin_url" "${db_name[$1]}")
+	psql "$url" -X -v ON_ERROR_STOP=1 -q -c "
+		WITH u AS (SELECT array_agg(id) AS ids FROM cluster_users WHERE name <> 'bench')
+		INSERT INTO reservations (prefix, cluster_user_id)
+		SELECT CASE
+				WHEN g % 20 < 16 THEN 'github.com/org-' || g
+				WHEN g % 20 < 18 THEN 'gitlab.com/group-' || g || '/sub-' || (g % 7)
+				WHEN g % 20 = 18 THEN 'github.com/team-' || g || '/repo-' || g
+				ELSE 'git' || (g % 50) || '.example.com/org-' || g
+			END,
+			u.ids[1 + g % cardinality(u.ids)]
+		FROM u, generate_series(1, $2) g
+		ON CONFLICT DO NOTHING;"
+	# Vacuumed and analyzed, as a table of long-standing reservations is
+	# (hint bits set, visibility map current): the phase does not pay for
+	# the insert, nor does autovacuum run on it during the phase.
+	psql "$url" -X -v ON_ERROR_STOP=1 -q -c "VACUUM (ANALYZE) reservations"
+}
+
+# has_table SIDE TABLE: the side's database has TABLE.
+has_table() {
+	[ "$(psql "$(with_db "$admin_url" "${db_name[$1]}")" -X -Atq -c "SELECT to_regclass('$2') IS NOT NULL")" = t ]
+}
+
 # supports SIDE PHASE: whether the side's binary has what the phase
 # measures. A baseline older than leases (BENCH_BASE_REF before round 4)
-# has no lease routes: its lease phases are skipped, not failed.
+# has no lease routes: its lease phases are skipped, not failed; the same
+# for phase r and a baseline from before reservations.
 supports() {
 	case $2 in
-	l | L | k)
-		local url
-		url=$(with_db "$admin_url" "${db_name[$1]}")
-		[ "$(psql "$url" -X -Atq -c "SELECT to_regclass('leases') IS NOT NULL")" = t ] ;;
+	l | L | k) has_table "$1" leases ;;
+	r) has_table "$1" reservations ;;
 	*) return 0 ;;
 	esac
 }
@@ -423,6 +461,7 @@ prepare() {
 	l) live_leases "$1" 100 ;;
 	L) live_leases "$1" 10000 ;;
 	k) [ -n "${kleases[$1]:-}" ] || kleases[$1]=$(keepalive_leases "$1") ;;
+	r) reservations "$1" 100000 ;;
 	esac
 }
 
@@ -433,15 +472,18 @@ for side in "${sides[@]}"; do last[$side]=$(dbstats "$side"); done
 
 declare -A label=([f]="pgbench raw INSERT ON CONFLICT (tps)" [s]="pgbench the acquire's statements (tps)"
 	[h]="POST /v1/locks/acquire (2xx/s)" [a]="POST /v1/applications (2xx/s)" [m]="GET /v1/me (2xx/s)" [z]="GET /healthz (2xx/s)"
-	[l]="lease acquire+release, 100 live (pairs/s)" [L]="lease acquire+release, 10,000 live (pairs/s)" [k]="POST /v1/leases/{id}/keepalive (2xx/s)")
+	[l]="lease acquire+release, 100 live (pairs/s)" [L]="lease acquire+release, 10,000 live (pairs/s)" [k]="POST /v1/leases/{id}/keepalive (2xx/s)"
+	[r]="POST /v1/locks/acquire, 100,000 reservations (2xx/s)")
 for ph in $phases; do
-	case $ph in f | s | h | a | m | z | l | L | k) ;; *) say "unknown phase $ph"; exit 2 ;; esac
+	case $ph in f | s | h | a | m | z | l | L | k | r) ;; *) say "unknown phase $ph"; exit 2 ;; esac
 	for side in "${sides[@]}"; do
 		if ! supports "$side" "$ph"; then
 			say "$side: phase $ph (${label[$ph]}) skipped: this binary has no such feature"
 			continue
 		fi
 		prepare "$side" "$ph"
+		# The rows phase r inserted before it are not the phase's.
+		if [ "$ph" = r ]; then last[$side]=$(dbstats "$side"); fi
 		say "$side: phase $ph (${label[$ph]}), ${conns} connections, ${duration}s"
 		case $ph in
 		f | s) run_pgbench "$side" "$ph" ;;
@@ -530,7 +572,7 @@ sep="| --- |"
 for side in "${sides[@]}"; do header+=" $side |"; sep+=" --- |"; done
 echo "$header"
 echo "$sep"
-for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5" "l f >= 0.3" "k f >= 0.5"; do
+for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5" "l f >= 0.3" "k f >= 0.5" "r h >= 0.9"; do
 	read -r n d op t <<<"$spec"
 	line="| $n/$d $op $t |"
 	for side in "${sides[@]}"; do

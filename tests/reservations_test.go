@@ -2,6 +2,7 @@ package tests
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,5 +50,17 @@ func TestReservationsEndToEnd(t *testing.T) {
 	out, errOut, code = runCLI(t, s.DatabaseURL, "report", "denials", "--format", "csv")
 	if code != 0 || !strings.Contains(out, "github.com/acme/web") || !strings.Contains(out, "acme") {
 		t.Fatalf("denials report: %d %q %q", code, out, errOut)
+	}
+	// The report says why: the CSV's last two columns are reason and
+	// reserved_prefix (migration 000025), through the CLI and the API.
+	if !strings.Contains(out, ",reason,reserved_prefix\n") || !strings.Contains(out, ",reserved,github.com/acme\n") {
+		t.Errorf("denials report without the reason: %q", out)
+	}
+	rep, err := s.admin(t).GetReport(ctx, "denials", client.ReportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rep.Columns, "reason") || !slices.Contains(rep.Columns, "reserved_prefix") {
+		t.Errorf("report columns %v", rep.Columns)
 	}
 }

@@ -623,11 +623,11 @@ func TestDenials(t *testing.T) {
 		t.Errorf("Content-Disposition %q", cd)
 	}
 	lines := strings.Split(strings.TrimSpace(r.Body), "\n")
-	if len(lines) != 3 || lines[0] != "event_id,denied_at,last_denied_at,denials,git_repository_url,requested_by,owner" {
+	if len(lines) != 3 || lines[0] != "event_id,denied_at,last_denied_at,denials,git_repository_url,requested_by,owner,reason,reserved_prefix" {
 		t.Fatalf("csv:\n%s", r.Body)
 	}
 	// Newest first: org/other once, then org/repo twice (coalesced).
-	for i, suffix := range []string{",1,github.com/org/other,bob,alice", ",2,github.com/org/repo,bob,alice"} {
+	for i, suffix := range []string{",1,github.com/org/other,bob,alice,claimed,", ",2,github.com/org/repo,bob,alice,claimed,"} {
 		if !strings.HasSuffix(lines[i+1], suffix) {
 			t.Errorf("csv row %d %q, want suffix %q", i+1, lines[i+1], suffix)
 		}

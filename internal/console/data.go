@@ -197,9 +197,37 @@ func (d *data) handoverOfLock(ctx context.Context, lockID string) (*locks.Handov
 	return d.locks.HandoverOfLock(ctx, lockID)
 }
 
-// tenantHandovers are the tenant's open offers, received and made.
-func (d *data) tenantHandovers(ctx context.Context, tenantID string, limit int) (received, offered []locks.Handover, err error) {
-	return d.locks.ListHandovers(ctx, tenantID, limit)
+// tenantHandovers are the first limit of the tenant's open offers
+// received and of those made (the API's own listing, one page each), and
+// whether either side has more.
+func (d *data) tenantHandovers(ctx context.Context, tenantID string, limit int) (received, offered []locks.Handover, more bool, err error) {
+	received, nextR, err := d.locks.ListHandovers(ctx, locks.HandoverFilter{TenantID: tenantID, Direction: locks.HandoversReceived}, limit, "")
+	if err != nil {
+		return nil, nil, false, err
+	}
+	offered, nextO, err := d.locks.ListHandovers(ctx, locks.HandoverFilter{TenantID: tenantID, Direction: locks.HandoversOffered}, limit, "")
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return received, offered, nextR != "" || nextO != "", nil
+}
+
+// cancelHandover is the ownership page's Withdraw button:
+// locks.Service.CancelHandover, as DELETE /v1/admin/handovers/{id}.
+func (d *data) cancelHandover(ctx context.Context, id, actor string) (locks.Handover, error) {
+	return d.locks.CancelHandover(ctx, id, actor)
+}
+
+// reserve is the reservations page's form: locks.Service.Reserve, as
+// POST /v1/admin/reservations (?dry_run=true).
+func (d *data) reserve(ctx context.Context, req locks.ReserveRequest) (locks.Reservation, []locks.CoveredLock, error) {
+	return d.locks.Reserve(ctx, req)
+}
+
+// unreserve is the reservations page's Remove button:
+// locks.Service.Unreserve, as DELETE /v1/admin/reservations/{id}.
+func (d *data) unreserve(ctx context.Context, id string) error {
+	return d.locks.Unreserve(ctx, id)
 }
 
 // transfer is the transfer form's action: locks.Service.Transfer, as
@@ -303,6 +331,19 @@ type lockEvent struct {
 	// package); LastAt is the newest of them (nil for a single event).
 	Count  int64      `db:"count"`
 	LastAt *time.Time `db:"last_at"`
+	// Reason is a denial's: "claimed" (nil on rows older than
+	// reservations) or "reserved", with the reservation's prefix.
+	Reason         *string `db:"reason"`
+	ReservedPrefix *string `db:"reserved_prefix"`
+}
+
+// DenialReason is why a denial was refused: "claimed" or "reserved"
+// (report_denials' reason).
+func (e lockEvent) DenialReason() string {
+	if e.Reason == nil {
+		return "claimed"
+	}
+	return *e.Reason
 }
 
 // Last is when the row's newest event happened.
@@ -351,7 +392,7 @@ func (f eventFilter) where() (string, []any) {
 	return where, args
 }
 
-const lockEventColumns = `id, event, git_repository_url, cluster_user_name, owner_user_name, created_at, count, last_at`
+const lockEventColumns = `id, event, git_repository_url, cluster_user_name, owner_user_name, created_at, count, last_at, reason, reserved_prefix`
 
 // events returns a page of lock events, newest first, and the before of the
 // next page (the last event's id; "" after the last page).

@@ -26,7 +26,8 @@ func statusOf(err error) int {
 		return http.StatusForbidden
 	case repolock.ENotFound:
 		return http.StatusNotFound
-	case repolock.EAlreadyExists, repolock.EConflict, repolock.ERepositoryClaimed, repolock.ELockInUse, repolock.EHandoverPending:
+	case repolock.EAlreadyExists, repolock.EConflict, repolock.ERepositoryClaimed, repolock.ELockInUse, repolock.EHandoverPending,
+		repolock.EReservationConflict:
 		return http.StatusConflict
 	case repolock.EPrecondition:
 		return http.StatusPreconditionFailed

@@ -157,8 +157,10 @@ type ownershipView struct {
 	// Tenant search.
 	TenantRow *tenantRow
 	Locks     []locks.Lock
-	// The tenant's open handover offers, received and made.
+	// The tenant's open handover offers, received and made (the first
+	// maxListedLocks of each; MoreHandovers: there are more).
 	Received, Offered []locks.Handover
+	MoreHandovers     bool
 }
 
 func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) {
@@ -228,7 +230,7 @@ func (c *Console) ownership(w http.ResponseWriter, r *http.Request, s *session) 
 		}
 		v.Locks = ls
 		v.Pager = newPager(r, "page_token", next)
-		if v.Received, v.Offered, err = c.data.tenantHandovers(ctx, t.ID, maxListedLocks); err != nil {
+		if v.Received, v.Offered, v.MoreHandovers, err = c.data.tenantHandovers(ctx, t.ID, maxListedLocks); err != nil {
 			c.fail(w, r, s, err)
 			return
 		}
@@ -367,11 +369,11 @@ func (c *Console) denialsCSV(w http.ResponseWriter, r *http.Request, s *session)
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", `attachment; filename="denials.csv"`)
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"event_id", "denied_at", "last_denied_at", "denials", "git_repository_url", "requested_by", "owner"})
+	_ = cw.Write([]string{"event_id", "denied_at", "last_denied_at", "denials", "git_repository_url", "requested_by", "owner", "reason", "reserved_prefix"})
 	err = c.data.eachEvent(r.Context(), f, MaxCSVRows, func(e lockEvent) error {
 		return cw.Write([]string{strconv.FormatInt(e.ID, 10), e.CreatedAt.UTC().Format(time.RFC3339),
 			e.Last().UTC().Format(time.RFC3339), strconv.FormatInt(e.Count, 10),
-			e.URL, derefString(e.Actor), derefString(e.Owner)})
+			e.URL, derefString(e.Actor), derefString(e.Owner), e.DenialReason(), derefString(e.ReservedPrefix)})
 	})
 	cw.Flush()
 	if err != nil {
@@ -500,28 +502,6 @@ func (c *Console) leasesPage(w http.ResponseWriter, r *http.Request, s *session)
 	}
 	c.render(w, r, http.StatusOK, "leases", s, view{Title: "Leases", Nav: "leases", Refresh: 5,
 		Body: leasesView{Leases: rows, Pager: newPager(r, "after", next)}})
-}
-
-type reservationsView struct {
-	Reservations []locks.Reservation
-	Pager        pager
-}
-
-// reservationsPage lists the reservations (read-only: they are added and
-// removed through the admin API or api reservation).
-func (c *Console) reservationsPage(w http.ResponseWriter, r *http.Request, s *session) {
-	size, err := c.pageSize(r)
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
-	rows, next, err := c.data.reservations(r.Context(), size, r.URL.Query().Get("after"))
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "reservations", s, view{Title: "Reservations", Nav: "reservations",
-		Body: reservationsView{Reservations: rows, Pager: newPager(r, "after", next)}})
 }
 
 // ---- tenants ----

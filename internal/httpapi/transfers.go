@@ -10,22 +10,24 @@ import (
 	"github.com/repolock/repolock/internal/locks"
 )
 
-// maxListed bounds the unpaginated lists of this file: the denied tenants
-// of one lock, and a tenant's open handover offers (each way).
-const maxListed = 1000
-
 // registerTransferRoutes registers transfers, handovers and the owner's
 // view of denials (issue 25, internal/locks/transfer.go):
 //
 //	POST   /v1/admin/locks/:id/transfer  an admin moves a lock
-//	GET    /v1/locks/:id/denials         the owner reads the denials on its lock
+//	GET    /v1/admin/locks/:id/denials   every denial on a lock (paginated)
+//	GET    /v1/admin/handovers           every open offer (paginated)
+//	DELETE /v1/admin/handovers/:id       an admin cancels an offer
+//	GET    /v1/locks/:id/denials         the owner reads the denials on its lock (paginated)
 //	POST   /v1/locks/:id/handover        the owner offers its lock
-//	GET    /v1/handovers                 offers received and made
+//	GET    /v1/handovers                 offers received and made (paginated; ?direction=)
 //	POST   /v1/handovers/:id/accept      the recipient takes the lock
 //	POST   /v1/handovers/:id/decline     the recipient refuses
 //	DELETE /v1/handovers/:id             the owner withdraws
 func (s *Server) registerTransferRoutes() {
 	s.Admin.POST("/locks/:id/transfer", s.transferLock)
+	s.Admin.GET("/locks/:id/denials", s.adminLockDenials)
+	s.Admin.GET("/handovers", s.adminListHandovers)
+	s.Admin.DELETE("/handovers/:id", s.cancelHandover)
 	t := tenantRoutes{s}
 	t.add(http.MethodGet, "/locks/:id/denials", s.lockDenials)
 	t.add(http.MethodPost, "/locks/:id/handover", s.offerHandover)
@@ -58,11 +60,24 @@ func (s *Server) transferLock(c echo.Context) error {
 }
 
 func (s *Server) lockDenials(c echo.Context) error {
-	ds, err := s.cfg.Locks.Denials(c.Request().Context(), Tenant(c).ID, c.Param("id"), maxListed)
+	return s.denialsOf(c, Tenant(c).ID)
+}
+
+// adminLockDenials: every denial recorded on the lock, whoever owned it.
+func (s *Server) adminLockDenials(c echo.Context) error {
+	return s.denialsOf(c, "")
+}
+
+func (s *Server) denialsOf(c echo.Context, tenantID string) error {
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"items": ds})
+	ds, next, err := s.cfg.Locks.Denials(c.Request().Context(), tenantID, c.Param("id"), p.Size, p.Token)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ListResponse[locks.Denial]{Items: ds, NextPageToken: next})
 }
 
 type handoverRequest struct {
@@ -95,17 +110,44 @@ func (s *Server) offerHandover(c echo.Context) error {
 	return c.JSON(http.StatusCreated, h)
 }
 
-type handoversResponse struct {
-	Received []locks.Handover `json:"received"`
-	Offered  []locks.Handover `json:"offered"`
-}
-
+// listHandovers: one page of the caller's open offers, received and made
+// (?direction=received|offered: one side only).
 func (s *Server) listHandovers(c echo.Context) error {
-	recv, sent, err := s.cfg.Locks.ListHandovers(c.Request().Context(), Tenant(c).ID, maxListed)
+	p, err := ParsePage(c)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, handoversResponse{Received: recv, Offered: sent})
+	dir := c.QueryParam("direction")
+	if dir != locks.HandoversReceived && dir != locks.HandoversOffered && dir != "" {
+		return repolock.Errorf(repolock.EInvalid, "direction must be %q or %q", locks.HandoversReceived, locks.HandoversOffered)
+	}
+	return s.handoversPage(c, locks.HandoverFilter{TenantID: Tenant(c).ID, Direction: dir}, p)
+}
+
+// adminListHandovers: one page of every tenant's open offers.
+func (s *Server) adminListHandovers(c echo.Context) error {
+	p, err := ParsePage(c)
+	if err != nil {
+		return err
+	}
+	return s.handoversPage(c, locks.HandoverFilter{}, p)
+}
+
+func (s *Server) handoversPage(c echo.Context, f locks.HandoverFilter, p Page) error {
+	hs, next, err := s.cfg.Locks.ListHandovers(c.Request().Context(), f, p.Size, p.Token)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ListResponse[locks.Handover]{Items: hs, NextPageToken: next})
+}
+
+// cancelHandover: an admin ends an open offer (204); 404 when it does not
+// exist or expired.
+func (s *Server) cancelHandover(c echo.Context) error {
+	if _, err := s.cfg.Locks.CancelHandover(c.Request().Context(), c.Param("id"), locks.AdminActor(s.cfg.AdminToken)); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
 }
 
 // acceptHandover: 200 with the move; 409 lock_in_use while the old owner

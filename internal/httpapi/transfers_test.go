@@ -29,6 +29,14 @@ func TestTransfersAPI(t *testing.T) {
 		t.Fatalf("denials %v", ds)
 	}
 	e.wantErr(http.StatusNotFound, "not_found", http.MethodGet, "/v1/locks/"+lockID+"/denials", bob, nil)
+	e.wantErr(http.StatusBadRequest, "invalid_argument", http.MethodGet, "/v1/locks/"+lockID+"/denials?page_token=junk", alice, nil)
+	e.wantErr(http.StatusBadRequest, "invalid_argument", http.MethodGet, "/v1/locks/"+lockID+"/denials?page_size=0", alice, nil)
+	// The operator's view: the same items; admin only.
+	if ds := e.must(http.StatusOK, http.MethodGet, "/v1/admin/locks/"+lockID+"/denials?page_size=1", adminToken, nil); len(ds["items"].([]any)) != 1 || ds["next_page_token"] != "" {
+		t.Fatalf("admin denials %v", ds)
+	}
+	e.wantErr(http.StatusForbidden, "forbidden", http.MethodGet, "/v1/admin/locks/"+lockID+"/denials", alice, nil)
+	e.wantErr(http.StatusNotFound, "not_found", http.MethodGet, "/v1/admin/locks/00000000-0000-0000-0000-000000000000/denials", adminToken, nil)
 
 	// Transfer: admin only; refused while alice uses it.
 	e.wantErr(http.StatusForbidden, "forbidden", http.MethodPost, "/v1/admin/locks/"+lockID+"/transfer", alice, map[string]any{"to": "tr-bob"})
@@ -67,10 +75,23 @@ func TestTransfersAPI(t *testing.T) {
 	h := e.must(http.StatusCreated, http.MethodPost, "/v1/locks/"+lockID+"/handover", bob, map[string]any{"to": "tr-carol", "expires_in": "1h"})
 	hid := h["id"].(string)
 	e.wantErr(http.StatusConflict, "handover_pending", http.MethodPost, "/v1/locks/"+lockID+"/handover", bob, map[string]any{"to": "tr-alice"})
-	list := e.must(http.StatusOK, http.MethodGet, "/v1/handovers", carol, nil)
-	if r := list["received"].([]any); len(r) != 1 || r[0].(map[string]any)["id"] != hid || len(list["offered"].([]any)) != 0 {
+	list := e.must(http.StatusOK, http.MethodGet, "/v1/handovers?direction=received", carol, nil)
+	if r := list["items"].([]any); len(r) != 1 || r[0].(map[string]any)["id"] != hid || list["next_page_token"] != "" {
 		t.Fatalf("carol's handovers %v", list)
 	}
+	if list := e.must(http.StatusOK, http.MethodGet, "/v1/handovers?direction=offered", carol, nil); len(list["items"].([]any)) != 0 {
+		t.Fatalf("carol's offers %v", list)
+	}
+	if list := e.must(http.StatusOK, http.MethodGet, "/v1/handovers", bob, nil); len(list["items"].([]any)) != 1 {
+		t.Fatalf("bob's handovers %v", list)
+	}
+	e.wantErr(http.StatusBadRequest, "invalid_argument", http.MethodGet, "/v1/handovers?direction=sideways", carol, nil)
+	if list := e.must(http.StatusOK, http.MethodGet, "/v1/admin/handovers?page_size=1", adminToken, nil); len(list["items"].([]any)) != 1 {
+		t.Fatalf("admin handovers %v", list)
+	}
+	e.wantErr(http.StatusForbidden, "forbidden", http.MethodGet, "/v1/admin/handovers", carol, nil)
+	e.wantErr(http.StatusForbidden, "forbidden", http.MethodDelete, "/v1/admin/handovers/"+hid, bob, nil)
+	e.wantErr(http.StatusNotFound, "not_found", http.MethodDelete, "/v1/admin/handovers/nope", adminToken, nil)
 	e.wantErr(http.StatusNotFound, "not_found", http.MethodPost, "/v1/handovers/"+hid+"/accept", alice, nil)
 	e.wantErr(http.StatusNotFound, "not_found", http.MethodDelete, "/v1/handovers/"+hid, carol, nil)
 	e.wantErr(http.StatusConflict, "lock_in_use", http.MethodPost, "/v1/handovers/"+hid+"/accept", carol, nil)
@@ -90,7 +111,11 @@ func TestTransfersAPI(t *testing.T) {
 	h3 := e.must(http.StatusCreated, http.MethodPost, "/v1/locks/"+lockID+"/handover", carol, map[string]any{"to": "tr-alice"})
 	e.must(http.StatusNoContent, http.MethodDelete, "/v1/handovers/"+h3["id"].(string), carol, nil)
 	e.wantErr(http.StatusNotFound, "not_found", http.MethodDelete, "/v1/handovers/"+h3["id"].(string), carol, nil)
-	if list := e.must(http.StatusOK, http.MethodGet, "/v1/handovers", carol, nil); len(list["offered"].([]any)) != 0 {
+	// An operator withdraws an offer for carol.
+	h4 := e.must(http.StatusCreated, http.MethodPost, "/v1/locks/"+lockID+"/handover", carol, map[string]any{"to": "tr-alice"})
+	e.must(http.StatusNoContent, http.MethodDelete, "/v1/admin/handovers/"+h4["id"].(string), adminToken, nil)
+	e.wantErr(http.StatusNotFound, "not_found", http.MethodDelete, "/v1/admin/handovers/"+h4["id"].(string), adminToken, nil)
+	if list := e.must(http.StatusOK, http.MethodGet, "/v1/handovers?direction=offered", carol, nil); len(list["items"].([]any)) != 0 {
 		t.Fatalf("offers left %v", list)
 	}
 }

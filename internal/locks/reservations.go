@@ -247,3 +247,48 @@ func (s *Service) Unreserve(ctx context.Context, id string) (err error) {
 	}
 	return nil
 }
+
+// ReservedBy is the reservation that decides a key: the longest reserved
+// prefix among the key's ancestors, and its tenant.
+type ReservedBy struct {
+	Key        normalize.Key `db:"key"`
+	Prefix     normalize.Key `db:"prefix"`
+	TenantID   string        `db:"cluster_user_id"`
+	TenantName string        `db:"tenant_name"`
+}
+
+// reservedKeysSQL finds, for each key of $1, the reservation that covers
+// it (the longest prefix among its ancestors, looked up like the claim
+// does, through the unique index on prefix); keys no reservation covers
+// are left out.
+const reservedKeysSQL = `
+SELECT k.key, best.prefix, best.cluster_user_id, u.name AS tenant_name
+FROM unnest($1::text[]) AS k(key)
+CROSS JOIN LATERAL (
+	SELECT r.prefix, r.cluster_user_id FROM reservations r
+	WHERE r.prefix = ANY (ARRAY(
+		SELECT array_to_string((string_to_array(k.key, '/'))[1:i], '/')
+		FROM generate_series(1, cardinality(string_to_array(k.key, '/'))) i))
+	ORDER BY length(r.prefix) DESC
+	LIMIT 1) best
+JOIN cluster_users u ON u.id = best.cluster_user_id`
+
+// ReservedKeys returns the reservation that decides each of keys (keys no
+// reservation covers are absent from the map), on q: re-keying asks it
+// before it moves a lock to a new key, so that a move under another
+// tenant's reservation is a recorded conflict rather than a refused claim.
+func (s *Service) ReservedKeys(ctx context.Context, q database.Querier, keys []normalize.Key) (_ map[normalize.Key]ReservedBy, err error) {
+	defer repolock.WrapOp(&err, "locks.ReservedKeys")
+	out := map[normalize.Key]ReservedBy{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var rs []ReservedBy
+	if err := q.SelectContext(ctx, &rs, reservedKeysSQL, keyArray(keys)); err != nil {
+		return nil, database.MapError(err)
+	}
+	for _, r := range rs {
+		out[r.Key] = r
+	}
+	return out, nil
+}

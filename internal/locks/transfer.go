@@ -31,13 +31,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pagetoken"
 )
 
 // Event names of transfers and handovers. For all of them the event's
@@ -425,20 +428,69 @@ func (s *Service) OfferHandover(ctx context.Context, req OfferRequest) (_ Handov
 	return h, nil
 }
 
-// ListHandovers returns the open offers the tenant received and made,
-// oldest first, at most limit of each.
-func (s *Service) ListHandovers(ctx context.Context, tenantID string, limit int) (received, offered []Handover, err error) {
+// Directions of ListHandovers.
+const (
+	HandoversReceived = "received" // offers made to the tenant
+	HandoversOffered  = "offered"  // offers the tenant made
+	HandoversAll      = ""         // both
+)
+
+// HandoverFilter selects the open offers ListHandovers pages through.
+type HandoverFilter struct {
+	// TenantID is the tenant whose offers are listed; "" lists every
+	// tenant's (an operator's view: GET /v1/admin/handovers).
+	TenantID string
+	// Direction is HandoversReceived, HandoversOffered or HandoversAll,
+	// relative to TenantID (with no tenant, it must be HandoversAll).
+	Direction string
+}
+
+// ListHandovers returns one page of the open offers f selects, oldest
+// first (by created_at, id), and the token of the next page ("" after the
+// last). An offer that expires between two pages is not on the later one.
+func (s *Service) ListHandovers(ctx context.Context, f HandoverFilter, pageSize int, pageToken string) (_ []Handover, _ string, err error) {
 	defer repolock.WrapOp(&err, "locks.ListHandovers")
-	received, offered = []Handover{}, []Handover{}
-	q := `SELECT ` + handoverColumns + ` FROM ` + handoverFrom + `
-		WHERE h.%s = $1 AND h.expires_at > now() ORDER BY h.created_at, h.id LIMIT $2`
-	if err := s.db.SelectContext(ctx, &received, fmt.Sprintf(q, "to_user_id"), tenantID, limit); err != nil {
-		return nil, nil, database.MapError(err)
+	if pageSize < 1 {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "page_size must be positive")
 	}
-	if err := s.db.SelectContext(ctx, &offered, fmt.Sprintf(q, "from_user_id"), tenantID, limit); err != nil {
-		return nil, nil, database.MapError(err)
+	var cond string
+	switch {
+	case f.TenantID == "" && f.Direction == HandoversAll:
+		cond = `$1::uuid IS NULL`
+	case f.TenantID == "":
+		return nil, "", repolock.Errorf(repolock.EInvalid, "direction needs a tenant")
+	case f.Direction == HandoversReceived:
+		cond = `h.to_user_id = $1`
+	case f.Direction == HandoversOffered:
+		cond = `h.from_user_id = $1`
+	case f.Direction == HandoversAll:
+		cond = `(h.to_user_id = $1 OR h.from_user_id = $1)`
+	default:
+		return nil, "", repolock.Errorf(repolock.EInvalid, "direction must be %q or %q", HandoversReceived, HandoversOffered)
 	}
-	return received, offered, nil
+	scope := pagetoken.Scope(f.TenantID, f.Direction)
+	after, err := pagetoken.DecodeTimeID(pagetoken.KindHandovers, scope, pageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	var tenant any
+	if f.TenantID != "" {
+		if _, err := uuid.Parse(f.TenantID); err != nil {
+			return nil, "", repolock.Errorf(repolock.EInvalid, "tenant id %q is not a UUID", f.TenantID)
+		}
+		tenant = f.TenantID
+	}
+	hs := []Handover{}
+	err = s.db.SelectContext(ctx, &hs, `SELECT `+handoverColumns+` FROM `+handoverFrom+`
+		WHERE `+cond+` AND h.expires_at > now() AND (h.created_at, h.id) > ($2::timestamptz, $3::uuid)
+		ORDER BY h.created_at, h.id LIMIT $4`, tenant, after.CreatedAt, after.ID, pageSize+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	hs, next := pagetoken.Trim(hs, pageSize, func(last Handover) string {
+		return pagetoken.Encode(pagetoken.KindHandovers, scope, pagetoken.TimeID{CreatedAt: last.CreatedAt, ID: last.ID})
+	})
+	return hs, next, nil
 }
 
 // HandoverOfLock returns the open offer of lock lockID, nil when it has
@@ -543,6 +595,54 @@ func (s *Service) WithdrawHandover(ctx context.Context, tenantID, tenantName, id
 	return s.endHandover(ctx, tenantID, tenantName, id, "from_user_id", EventHandoverWithdrawn)
 }
 
+// CancelHandover ends offer id as an operator (DELETE
+// /v1/admin/handovers/{id}, the console's ownership page): the owner's
+// withdrawal done for it, recorded as handover_withdrawn with the admin's
+// actor (AdminActor) and reason "admin" in its details. The lock is no
+// longer pinned. An offer that does not exist or expired is not_found.
+func (s *Service) CancelHandover(ctx context.Context, id, actor string) (_ Handover, err error) {
+	defer repolock.WrapOp(&err, "locks.CancelHandover")
+	if actor == "" {
+		return Handover{}, repolock.Errorf(repolock.EInternal, "cancel without an actor")
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return Handover{}, repolock.Errorf(repolock.ENotFound, "handover %s not found", id)
+	}
+	var out Handover
+	err = s.db.WithTx(ctx, func(tx database.Tx) error {
+		var lockID string
+		err := tx.GetContext(ctx, &lockID, `SELECT lock_id FROM lock_handovers WHERE id = $1 AND expires_at > now()`, id)
+		if database.IsNoRows(err) {
+			return repolock.Errorf(repolock.ENotFound, "handover %s not found", id)
+		}
+		if err != nil {
+			return database.MapError(err)
+		}
+		var l lockedLock
+		if err := tx.GetContext(ctx, &l, lockForChangeSQL, lockID); err != nil {
+			if database.IsNoRows(err) {
+				return repolock.Errorf(repolock.ENotFound, "handover %s not found", id)
+			}
+			return database.MapError(err)
+		}
+		h, ok, err := deleteOpenHandover(ctx, tx, l.ID)
+		if err != nil {
+			return err
+		}
+		if !ok || h.ID != id {
+			// Expired meanwhile, or replaced: the caller's offer is gone.
+			return repolock.Errorf(repolock.ENotFound, "handover %s not found", id)
+		}
+		out = h
+		return recordTransferEvent(ctx, tx, EventHandoverWithdrawn, l, h.ToID, h.ToName, actor,
+			map[string]any{"handover_id": h.ID, "reason": "admin"})
+	})
+	if err != nil {
+		return Handover{}, err
+	}
+	return out, nil
+}
+
 func (s *Service) endHandover(ctx context.Context, tenantID, tenantName, id, side, event string) error {
 	return s.db.WithTx(ctx, func(tx database.Tx) error {
 		l, h, err := lockHandover(ctx, tx, id, tenantID, side)
@@ -598,22 +698,80 @@ type Denial struct {
 	Last   time.Time `db:"last_at" json:"last_at"`
 }
 
-// Denials returns the denials recorded against the tenant's lock lockID
-// while the tenant owned it, per denied tenant, most recent first (at most
-// limit tenants). Another tenant's lock is not_found.
-func (s *Service) Denials(ctx context.Context, tenantID, lockID string, limit int) (_ []Denial, err error) {
+// denialCursor is the cursor of a lock's denials: the last denied
+// tenant's name of the page (names as recorded; "" for none recorded).
+type denialCursor struct {
+	Tenant string `json:"t"`
+}
+
+func (c *denialCursor) Validate() error {
+	if len(c.Tenant) > pagetoken.MaxNameLen || !utf8.ValidString(c.Tenant) || strings.ContainsRune(c.Tenant, 0) {
+		return pagetoken.Invalid()
+	}
+	return nil
+}
+
+// Denials returns one page of the denials recorded against lock lockID,
+// per denied tenant, in the order of the tenants' names, and the token of
+// the next page ("" after the last). With a tenantID, only those recorded
+// while that tenant owned the lock, and another tenant's lock is
+// not_found (GET /v1/locks/{id}/denials); with tenantID "" every denial of
+// the lock, whoever owned it (GET /v1/admin/locks/{id}/denials; an
+// unknown lock is not_found).
+//
+// The pages follow the tenants' names, not the last denial's time: a
+// denial between two pages moves no tenant across the cut.
+func (s *Service) Denials(ctx context.Context, tenantID, lockID string, pageSize int, pageToken string) (_ []Denial, _ string, err error) {
 	defer repolock.WrapOp(&err, "locks.Denials")
-	if _, err := s.Get(ctx, tenantID, lockID); err != nil {
-		return nil, err
+	if pageSize < 1 {
+		return nil, "", repolock.Errorf(repolock.EInvalid, "page_size must be positive")
+	}
+	if tenantID != "" {
+		if _, err := s.Get(ctx, tenantID, lockID); err != nil {
+			return nil, "", err
+		}
+	} else if err := s.lockExists(ctx, lockID); err != nil {
+		return nil, "", err
+	}
+	scope := pagetoken.Scope(tenantID, lockID)
+	after, first, err := pagetoken.Decode[denialCursor](pagetoken.KindDenials, scope, pageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	var owner any
+	if tenantID != "" {
+		owner = tenantID
 	}
 	ds := []Denial{}
 	err = s.db.SelectContext(ctx, &ds, `
 		SELECT coalesce(e.cluster_user_name, '') AS tenant, sum(e.count) AS count,
 			min(e.created_at) AS first_at, max(coalesce(e.last_at, e.created_at)) AS last_at
 		FROM repository_lock_events e
-		WHERE e.event = '`+EventDenied+`' AND e.lock_id = $1 AND e.owner_user_id = $2
+		WHERE e.event = '`+EventDenied+`' AND e.lock_id = $1 AND ($2::uuid IS NULL OR e.owner_user_id = $2)
+			AND ($3 OR coalesce(e.cluster_user_name, '') > $4)
 		GROUP BY coalesce(e.cluster_user_name, '')
-		ORDER BY last_at DESC, tenant
-		LIMIT $3`, lockID, tenantID, limit)
-	return ds, database.MapError(err)
+		ORDER BY tenant
+		LIMIT $5`, lockID, owner, first, after.Tenant, pageSize+1)
+	if err != nil {
+		return nil, "", database.MapError(err)
+	}
+	ds, next := pagetoken.Trim(ds, pageSize, func(last Denial) string {
+		return pagetoken.Encode(pagetoken.KindDenials, scope, denialCursor{Tenant: last.Tenant})
+	})
+	return ds, next, nil
+}
+
+// lockExists is not_found unless lock lockID exists (any owner).
+func (s *Service) lockExists(ctx context.Context, lockID string) error {
+	if _, err := uuid.Parse(lockID); err != nil {
+		return repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
+	}
+	var ok bool
+	if err := s.db.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM RepositoryLockOwner WHERE id = $1)`, lockID); err != nil {
+		return database.MapError(err)
+	}
+	if !ok {
+		return repolock.Errorf(repolock.ENotFound, "lock %s not found", lockID)
+	}
+	return nil
 }

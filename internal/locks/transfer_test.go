@@ -83,7 +83,7 @@ func TestDenials(t *testing.T) {
 	if err != nil || !acq.Acquired {
 		t.Fatalf("acquire: %+v %v", acq, err)
 	}
-	if ds, err := ls.Denials(ctx, alice.ID, acq.LockID, 100); err != nil || len(ds) != 0 {
+	if ds, err := denials(ls, alice.ID, acq.LockID); err != nil || len(ds) != 0 {
 		t.Fatalf("denials before any: %+v %v", ds, err)
 	}
 	for _, u := range []string{bob.ID, bob.ID, carol.ID, bob.ID} {
@@ -91,7 +91,7 @@ func TestDenials(t *testing.T) {
 			t.Fatalf("acquire by another tenant: %+v %v", got, err)
 		}
 	}
-	ds, err := ls.Denials(ctx, alice.ID, acq.LockID, 100)
+	ds, err := denials(ls, alice.ID, acq.LockID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,17 +106,17 @@ func TestDenials(t *testing.T) {
 		t.Errorf("denials = %+v, want bob 3 and carol 1", ds)
 	}
 	// Only the owner reads them.
-	if _, err := ls.Denials(ctx, bob.ID, acq.LockID, 100); !repolock.IsCode(err, repolock.ENotFound) {
+	if _, err := denials(ls, bob.ID, acq.LockID); !repolock.IsCode(err, repolock.ENotFound) {
 		t.Errorf("another tenant's denials: %v, want not_found", err)
 	}
-	if _, err := ls.Denials(ctx, alice.ID, "not-a-uuid", 100); !repolock.IsCode(err, repolock.ENotFound) {
+	if _, err := denials(ls, alice.ID, "not-a-uuid"); !repolock.IsCode(err, repolock.ENotFound) {
 		t.Errorf("malformed id: %v, want not_found", err)
 	}
 	// After a transfer the new owner sees the denials against it only.
 	if _, err := ls.Transfer(ctx, locks.TransferRequest{LockID: acq.LockID, To: "carol", Actor: "admin:test"}); err != nil {
 		t.Fatal(err)
 	}
-	if ds, err := ls.Denials(ctx, carol.ID, acq.LockID, 100); err != nil || len(ds) != 0 {
+	if ds, err := denials(ls, carol.ID, acq.LockID); err != nil || len(ds) != 0 {
 		t.Errorf("new owner's denials: %+v %v, want none (they were alice's)", ds, err)
 	}
 }
@@ -378,11 +378,11 @@ func TestHandover(t *testing.T) {
 	if _, err := offer(alice.ID, "carol", 0); !repolock.IsCode(err, repolock.EHandoverPending) {
 		t.Errorf("second offer: %v, want handover_pending", err)
 	}
-	recv, sent, err := ls.ListHandovers(ctx, bob.ID, 100)
-	if err != nil || len(recv) != 1 || recv[0].ID != h.ID || len(sent) != 0 {
-		t.Errorf("bob's handovers: %+v %+v %v", recv, sent, err)
+	recv, sent := handovers(t, ls, bob.ID, locks.HandoversReceived), handovers(t, ls, bob.ID, locks.HandoversOffered)
+	if len(recv) != 1 || recv[0].ID != h.ID || len(sent) != 0 {
+		t.Errorf("bob's handovers: %+v %+v", recv, sent)
 	}
-	if recv, sent, _ := ls.ListHandovers(ctx, alice.ID, 100); len(recv) != 0 || len(sent) != 1 {
+	if recv, sent := handovers(t, ls, alice.ID, locks.HandoversReceived), handovers(t, ls, alice.ID, locks.HandoversOffered); len(recv) != 0 || len(sent) != 1 {
 		t.Errorf("alice's handovers: %+v %+v", recv, sent)
 	}
 	// Only the recipient accepts or declines; only the owner withdraws.
@@ -461,7 +461,7 @@ func TestHandoverEnds(t *testing.T) {
 				_, err = db.ExecContext(ctx, `UPDATE lock_handovers SET expires_at = now() - interval '1 second', created_at = now() - interval '1 hour' WHERE id = $1`, h.ID)
 				if err == nil {
 					// Expired is absent even before the GC deletes it.
-					if recv, _, _ := ls.ListHandovers(ctx, bob.ID, 10); len(recv) != 0 {
+					if recv := handovers(t, ls, bob.ID, locks.HandoversReceived); len(recv) != 0 {
 						t.Errorf("expired offer listed: %+v", recv)
 					}
 					if _, aerr := ls.AcceptHandover(ctx, bob.ID, "bob", h.ID); !repolock.IsCode(aerr, repolock.ENotFound) {

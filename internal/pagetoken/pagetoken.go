@@ -184,6 +184,8 @@ const (
 	KindSyncRepos             = "sync_repos"
 	KindTenants               = "tenants"
 	KindReservations          = "reservations"
+	KindHandovers             = "handovers"
+	KindDenials               = "denials"
 	KindEvents                = "events" // the watch's cursors (internal/watch)
 )
 

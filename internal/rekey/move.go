@@ -169,6 +169,25 @@ func (m *mover) apply(ctx context.Context, tx database.Tx, srcs []source) (count
 			holders[h.Key] = h
 		}
 	}
+	// The reservations that decide the new keys nobody holds: a move
+	// under another tenant's reservation is a conflict (ReasonReserved),
+	// recorded like the others, and the run goes on. A reservation being
+	// added cannot slip in between: Reserve takes SHARE on the locks
+	// table, which conflicts with the ROW EXCLUSIVE a version run's batch
+	// takes first (GuardRules) and the SHARE ROW EXCLUSIVE of an alias
+	// change; so either it committed before this statement (which sees
+	// it), or it waits for this transaction and then lists the moved lock
+	// among those it covers.
+	var free []normalize.Key
+	for _, w := range wanted {
+		if _, ok := holders[normalize.Key(w)]; !ok {
+			free = append(free, normalize.Key(w))
+		}
+	}
+	reserved, err := m.locks.ReservedKeys(ctx, tx, free)
+	if err != nil {
+		return counts{}, err
+	}
 	var (
 		inPlaceIDs       []string
 		inPlaceFrom      []normalize.Key
@@ -191,6 +210,8 @@ func (m *mover) apply(ctx context.Context, tx database.Tx, srcs []source) (count
 			}
 			if h, ok := holders[k]; ok && h.TenantID != s.TenantID {
 				d.problems = append(d.problems, m.liveConflict(ctx, tx, s.Stale, f, k, h))
+			} else if r, ok := reserved[k]; ok && r.TenantID != s.TenantID {
+				d.problems = append(d.problems, reservedConflict(s.Stale, f, k, r))
 			} else if c, ok := m.otherClaim(k, s.TenantID); ok {
 				p := problem("conflict", s.Stale, f, k, "another tenant's lock re-keys to the same key")
 				p.OtherLockID, p.OtherKey, p.OtherTenantID, p.OtherTenant, p.OtherRepoURL = c.lock.ID, c.lock.Key, c.lock.TenantID, c.lock.TenantName, c.ref.RepoURL
@@ -201,6 +222,8 @@ func (m *mover) apply(ctx context.Context, tx database.Tx, srcs []source) (count
 			k := d.targets[0]
 			if h, ok := holders[k]; ok && h.TenantID != s.TenantID {
 				d.problems = append(d.problems, m.liveConflict(ctx, tx, s.Stale, ref{}, k, h))
+			} else if r, ok := reserved[k]; ok && r.TenantID != s.TenantID {
+				d.problems = append(d.problems, reservedConflict(s.Stale, ref{}, k, r))
 			}
 		}
 		if len(d.problems) > 0 {
@@ -342,6 +365,21 @@ func setNormalizedURLs(ctx context.Context, tx database.Tx, ids, kinds []string,
 		}
 	}
 	return nil
+}
+
+// ReasonReserved is the reason of a conflict whose new key is under
+// another tenant's reservation (docs/locks.md "Reservations"): its
+// other_user is the reserving tenant, other_key the reserved prefix, and
+// it has no other lock.
+const ReasonReserved = "the new key is under another tenant's reservation"
+
+// reservedConflict is the problem of a new key nobody holds that another
+// tenant's reservation covers: the lock stays where it is (the claim would
+// be refused with repository_reserved).
+func reservedConflict(l locks.Stale, f ref, key normalize.Key, r locks.ReservedBy) Problem {
+	p := problem("conflict", l, f, key, ReasonReserved)
+	p.OtherKey, p.OtherTenantID, p.OtherTenant = r.Prefix, r.TenantID, r.TenantName
+	return p
 }
 
 // liveConflict is the problem of a new key another tenant holds now.

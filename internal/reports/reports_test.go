@@ -260,14 +260,14 @@ func TestReportViews(t *testing.T) {
 		},
 		{
 			report:   "denials",
-			wantCols: []string{"event_id", "denied_at", "git_repository_url", "requested_by_id", "requested_by", "owner_id", "owner_name", "denials", "last_denied_at"},
+			wantCols: []string{"event_id", "denied_at", "git_repository_url", "requested_by_id", "requested_by", "owner_id", "owner_name", "denials", "last_denied_at", "reason", "reserved_prefix"},
 			wantItems: func() []map[string]any {
 				var out []map[string]any
 				for _, d := range w.denials {
 					out = append(out, map[string]any{
 						"event_id": num(d.id), "denied_at": ts(d.at), "git_repository_url": d.url,
 						"requested_by_id": d.requesterID, "requested_by": d.request, "owner_id": d.ownerID, "owner_name": d.owner,
-						"denials": num(1), "last_denied_at": ts(d.at),
+						"denials": num(1), "last_denied_at": ts(d.at), "reason": "claimed", "reserved_prefix": nil,
 					})
 				}
 				return out
@@ -358,10 +358,10 @@ func TestReportFormats(t *testing.T) {
 			alice + "  alice        1      1             0            0\n"},
 		{"ownership", reports.FormatJSON, 1, `{"report":"ownership","columns":["tenant_id","tenant_name","locks","applications","credentials","unreferenced_locks"],"items":[` +
 			`{"tenant_id":"` + alice + `","tenant_name":"alice","locks":1,"applications":1,"credentials":0,"unreferenced_locks":0}]}` + "\n"},
-		{"denials", reports.FormatCSV, 0, "event_id,denied_at,git_repository_url,requested_by_id,requested_by,owner_id,owner_name,denials,last_denied_at\n" +
-			fmt.Sprintf("%d,%s,git.example.com/a/x,%s,\"bob, \"\"the\"\" builder\",%s,alice,1,%s\n", ev.ID, ts(ev.At), bob, alice, ts(ev.At))},
-		{"denials", reports.FormatJSON, 0, fmt.Sprintf(`{"report":"denials","columns":["event_id","denied_at","git_repository_url","requested_by_id","requested_by","owner_id","owner_name","denials","last_denied_at"],"items":[`+
-			`{"event_id":%d,"denied_at":"%s","git_repository_url":"git.example.com/a/x","requested_by_id":"%s","requested_by":"bob, \"the\" builder","owner_id":"%s","owner_name":"alice","denials":1,"last_denied_at":"%s"}]}`+"\n",
+		{"denials", reports.FormatCSV, 0, "event_id,denied_at,git_repository_url,requested_by_id,requested_by,owner_id,owner_name,denials,last_denied_at,reason,reserved_prefix\n" +
+			fmt.Sprintf("%d,%s,git.example.com/a/x,%s,\"bob, \"\"the\"\" builder\",%s,alice,1,%s,claimed,\n", ev.ID, ts(ev.At), bob, alice, ts(ev.At))},
+		{"denials", reports.FormatJSON, 0, fmt.Sprintf(`{"report":"denials","columns":["event_id","denied_at","git_repository_url","requested_by_id","requested_by","owner_id","owner_name","denials","last_denied_at","reason","reserved_prefix"],"items":[`+
+			`{"event_id":%d,"denied_at":"%s","git_repository_url":"git.example.com/a/x","requested_by_id":"%s","requested_by":"bob, \"the\" builder","owner_id":"%s","owner_name":"alice","denials":1,"last_denied_at":"%s","reason":"claimed","reserved_prefix":null}]}`+"\n",
 			ev.ID, ts(ev.At), bob, alice, ts(ev.At))},
 	}
 	for _, tt := range tests {
