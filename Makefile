@@ -80,7 +80,7 @@ test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_b
 test-patroni: ## automatic failover: Patroni + one-member etcd manage a primary and a synchronous standby; kill -9 the primary's postmaster under 3 replicas' claims, Patroni promotes (installs patroni, etcd-server; skips saying why if it can't)
 	@if ! scripts/apt-install.sh postgresql patroni etcd-server; then \
 		echo "test-patroni: SKIPPED: Debian's postgresql, patroni and etcd-server are needed and could not be installed (see the message above)"; exit 0; fi; \
-	$(GO) test -tags patroni -race -count=1 -timeout 10m -run '^TestPatroni' -v ./tests/ 2>&1 | \
+	$(GO) test -tags patroni -race -count=1 -timeout 20m -run '^TestPatroni' -v ./tests/ 2>&1 | \
 		grep -v '^=== \|"level":"' ; exit $${PIPESTATUS[0]}
 
 .PHONY: test-chaos

@@ -31,9 +31,11 @@ import (
 // target_session_attrs=read-write. Mid-load the primary's postmaster is
 // killed with SIGKILL; nothing in the test promotes anything: Patroni fails
 // over to the synchronous standby on its own (primary_start_timeout: 0). The
-// service recovers, every acknowledged write is on the new primary and no
-// repository has two owners. The figures (time to recover, writes
-// acknowledged, lost, double owners) are printed.
+// service recovers (every replica answers claims from the new primary and
+// acknowledges writes again), every acknowledged write is on the new primary
+// and no repository has two owners. The figures (time to promotion and to
+// recovery, writes acknowledged, lost, double owners) are printed; none is
+// asserted against a wall-clock bound (the machine is shared).
 func TestPatroniFailover(t *testing.T) {
 	pc := newPatroniCluster(t)
 	n1, n2 := pc.nodes[0], pc.nodes[1]
@@ -77,13 +79,17 @@ func TestPatroniFailover(t *testing.T) {
 		statuses   = map[int]int{}
 		unexpected []string
 		killedAt   time.Time    // when the postmaster got SIGKILL
-		recovered  []time.Time  // per replica: first write sent after the kill and acknowledged
+		answered   []time.Time  // per replica: first request sent after the kill answered from the database (201, 204, 409)
+		wrote      []time.Time  // per replica: first write sent after the kill and acknowledged (201, 204)
 		afterKill  atomic.Int64 // writes sent after the kill and acknowledged
 		okCount    atomic.Int64
 		done       = make(chan struct{})
 		wg         sync.WaitGroup
 	)
-	recovered = make([]time.Time, len(replicas))
+	answered, wrote = make([]time.Time, len(replicas)), make([]time.Time, len(replicas))
+	var stopLoad sync.Once
+	stop := func() { stopLoad.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop) // on failure: the clients stop before the replicas do
 	note := func(replica int, start time.Time, status int, raw []byte) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -93,11 +99,15 @@ func TestPatroniFailover(t *testing.T) {
 		default:
 			unexpected = append(unexpected, fmt.Sprintf("%d %s", status, raw))
 		}
+		after := !killedAt.IsZero() && start.After(killedAt)
+		if after && answered[replica].IsZero() && status != http.StatusServiceUnavailable {
+			answered[replica] = time.Now() // a 409 repository_claimed was read from the new primary too
+		}
 		if status == http.StatusCreated || status == http.StatusNoContent {
 			okCount.Add(1)
-			if !killedAt.IsZero() && start.After(killedAt) {
-				if recovered[replica].IsZero() {
-					recovered[replica] = time.Now()
+			if after {
+				if wrote[replica].IsZero() {
+					wrote[replica] = time.Now()
 				}
 				afterKill.Add(1)
 			}
@@ -173,7 +183,7 @@ func TestPatroniFailover(t *testing.T) {
 	waitUntil(t, 90*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, r := range recovered {
+		for _, r := range wrote {
 			if r.IsZero() {
 				return false
 			}
@@ -181,20 +191,23 @@ func TestPatroniFailover(t *testing.T) {
 		return true
 	})
 	waitUntil(t, 90*time.Second, func() bool { return afterKill.Load() >= 150 })
-	close(done)
-	wg.Wait()
+	stop()
 	t.Logf("the failover in Patroni's and Postgres' logs (kill -9 at %s):\n%s", killedAt.UTC().Format("15:04:05.000"), pc.failoverLines())
 
 	mu.Lock()
 	defer mu.Unlock()
-	var first, all time.Duration
-	for i, r := range recovered {
-		d := r.Sub(killedAt)
-		if i == 0 || d < first {
-			first = d
+	var first, all, firstWrite time.Duration
+	for i := range replicas {
+		a, w := answered[i].Sub(killedAt), wrote[i].Sub(killedAt)
+		if i == 0 || a < first {
+			first = a
 		}
-		all = max(all, d)
-		t.Logf("replica %d (%s): first write sent after the kill acknowledged %s after it", i, routes[i], d.Round(time.Millisecond))
+		if i == 0 || w < firstWrite {
+			firstWrite = w
+		}
+		all = max(all, a)
+		t.Logf("replica %d (%s): after the kill, first answer from the database %s, first acknowledged write %s",
+			i, routes[i], a.Round(time.Millisecond), w.Round(time.Millisecond))
 	}
 	t.Logf("statuses %v; the proxy changed its target %d times", statuses, proxy.switches.Load())
 	if len(unexpected) > 0 {
@@ -248,9 +261,9 @@ SELECT (SELECT count(*) FROM (SELECT git_repository_url FROM RepositoryLockOwner
            GROUP BY url HAVING count(DISTINCT cluster_user_id) > 1) s)`).Scan(&doubleOwners); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("patroni failover: promoted by Patroni %s after kill -9; writes acknowledged again after %s (first replica), %s (all three); "+
+	fmt.Printf("patroni failover: promoted by Patroni %s after kill -9; recovered (claims answered from the new primary) after %s (first replica), %s (all three); first acknowledged write after %s; "+
 		"%d writes acknowledged (%d creates, %d deletes; %d after the kill); lost %d, deletes undone %d, wrong owner %d, repositories with two owners %d\n",
-		promoted.Round(time.Millisecond), first.Round(time.Millisecond), all.Round(time.Millisecond),
+		promoted.Round(time.Millisecond), first.Round(time.Millisecond), all.Round(time.Millisecond), firstWrite.Round(time.Millisecond),
 		len(acked)+deletes+resurrected, len(acked), deletes+resurrected, afterKill.Load(), lost, resurrected, wrongOwner, doubleOwners)
 	if lost != 0 || resurrected != 0 || wrongOwner != 0 || doubleOwners != 0 {
 		t.Fatalf("on the new primary: %d acknowledged creates lost, %d acknowledged deletes undone, %d with another owner, %d repositories with two owners",
