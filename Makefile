@@ -76,6 +76,13 @@ test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_b
 	@set -e; url=$$($(PG_ENSURE)); \
 	TEST_DATABASE_URL="$$url" $(GO) test -tags ha -race -count=1 -timeout 15m -run '^TestHA' -v ./tests/
 
+.PHONY: test-patroni
+test-patroni: ## automatic failover: Patroni + one-member etcd manage a primary and a synchronous standby; kill -9 the primary's postmaster under 3 replicas' claims, Patroni promotes (installs patroni, etcd-server; skips saying why if it can't)
+	@if ! scripts/apt-install.sh postgresql patroni etcd-server; then \
+		echo "test-patroni: SKIPPED: Debian's postgresql, patroni and etcd-server are needed and could not be installed (see the message above)"; exit 0; fi; \
+	$(GO) test -tags patroni -race -count=1 -timeout 20m -run '^TestPatroni' -v ./tests/ 2>&1 | \
+		grep -v '^=== \|"level":"' ; exit $${PIPESTATUS[0]}
+
 .PHONY: test-chaos
 test-chaos: ## chaos suite: own Postgres, 3 replicas, 64 clients, pg_terminate_backend / restart -m immediate / kill -9 replica / full stop; Porcupine-checked (~2 min; CHAOS_DURATION=30m CHAOS_STOP=12s for a long run)
 	@set -e; url=$$($(PG_ENSURE)); \

@@ -1,4 +1,4 @@
-//go:build ha || chaos
+//go:build ha || chaos || patroni
 
 package tests
 
@@ -200,4 +200,16 @@ func (n *pgNode) promote() {
 func (n *pgNode) logs() string {
 	b, _ := os.ReadFile(n.log)
 	return string(b)
+}
+
+// waitUntil polls cond until it is true or fails the test after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not reached within %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // the workload's goroutines move the counters
+	}
 }

@@ -226,15 +226,3 @@ func TestHAFailover(t *testing.T) {
 	t.Logf("%d acknowledged creates (%d still present) all on the new primary", len(acked), kept)
 	checkOwnership(t, c.standby.url("repolock"))
 }
-
-// waitUntil polls cond until it is true or fails the test after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not reached within %s", timeout)
-		}
-		time.Sleep(20 * time.Millisecond) // the workload's goroutines move the counters
-	}
-}

@@ -33,6 +33,7 @@ const (
 	CodeAdminShutdown        = "57P01"
 	CodeCrashShutdown        = "57P02"
 	CodeCannotConnectNow     = "57P03"
+	CodeReadOnlyTransaction  = "25006"
 )
 
 // ErrCommitOutcomeUnknown marks a transaction whose connection was lost
@@ -63,7 +64,7 @@ func notSent(err error) bool {
 		return true
 	}
 	switch PQCode(err) {
-	case CodeTooManyConnections, CodeCannotConnectNow:
+	case CodeTooManyConnections, CodeCannotConnectNow, CodeReadOnlyTransaction:
 		return true
 	}
 	return false
@@ -73,8 +74,12 @@ func notSent(err error) bool {
 // reached or the connection to it was lost: dial errors and other network
 // errors, resets, EOF from the driver, driver.ErrBadConn, SQLSTATE classes
 // 08 (connection exception) and 57P01..57P03 (shutdown, cannot connect
-// now), and 53300 (too many connections). Call it only on errors that come
-// out of database calls (an io.EOF from a request body is not an outage).
+// now), 53300 (too many connections), and 25006 (read-only transaction: the
+// server reached is a standby, typically one being promoted, that a proxy
+// following Patroni's GET /primary already sends connections to; the
+// statement was refused, so nothing was applied). Call it only on errors
+// that come out of database calls (an io.EOF from a request body is not an
+// outage).
 func IsConnectionError(err error) bool {
 	if err == nil {
 		return false
@@ -94,7 +99,7 @@ func IsConnectionError(err error) bool {
 		return true
 	}
 	switch c := PQCode(err); {
-	case c == CodeTooManyConnections, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
+	case c == CodeTooManyConnections, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow, c == CodeReadOnlyTransaction:
 		return true
 	case len(c) == 5 && c[:2] == "08":
 		return true

@@ -44,6 +44,7 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 		{"57P02 crash shutdown", &pq.Error{Code: "57P02"}, repolock.EUnavailable, "the database is unavailable; try again"},
 		{"57P03 cannot connect now", &pq.Error{Code: "57P03"}, repolock.EUnavailable, "the database is unavailable; try again"},
 		{"53300 too many connections", &pq.Error{Code: "53300"}, repolock.EUnavailable, "the database is unavailable; try again"},
+		{"25006 read-only transaction (a standby being promoted)", fmt.Errorf("select: %w", &pq.Error{Code: "25006"}), repolock.EUnavailable, "the database is unavailable; try again"},
 		{"commit lost", fmt.Errorf("commit: %w: %w", database.ErrCommitOutcomeUnknown, read), repolock.EUnavailable,
 			"the database connection was lost while committing: the outcome is unknown; re-read before retrying"},
 		{"lib/pq: begin on a connection in the wrong state", fmt.Errorf("begin: %w", errors.New("pq: unexpected transaction status idle in transaction")),
@@ -83,6 +84,7 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 		{syscall.ECONNREFUSED, false},
 		{&pq.Error{Code: "53300"}, false},
 		{&pq.Error{Code: "57P03"}, false},
+		{&pq.Error{Code: "25006"}, false},
 		{&pq.Error{Code: "23505"}, false},
 	} {
 		got := database.UnknownOutcome(tc.err)
