@@ -18,14 +18,26 @@ import (
 type Event struct {
 	// Cursor is the position just after this event: WatchOptions.After
 	// resumes from it.
-	Cursor        string    `json:"cursor"`
-	ID            int64     `json:"id"`
-	Kind          string    `json:"kind"` // acquired, denied, released, collected, rekeyed
-	LockID        string    `json:"lock_id,omitempty"`
-	NormalizedURL string    `json:"normalized_url"`
-	Actor         string    `json:"actor,omitempty"`
-	Owner         string    `json:"owner,omitempty"`
-	RekeyedFrom   string    `json:"rekeyed_from,omitempty"`
+	Cursor string `json:"cursor"`
+	ID     int64  `json:"id"`
+	// Kind: acquired, denied, released, collected, rekeyed, transferred,
+	// handover_*, application_created, application_deleted,
+	// credential_created, credential_deleted (docs/watch.md).
+	Kind          string `json:"kind"`
+	LockID        string `json:"lock_id,omitempty"`
+	NormalizedURL string `json:"normalized_url"`
+	Actor         string `json:"actor,omitempty"`
+	Owner         string `json:"owner,omitempty"`
+	RekeyedFrom   string `json:"rekeyed_from,omitempty"`
+	// ApplicationID and Application name the Application the event is
+	// about: application_created/application_deleted, and the acquired
+	// (released) event of a lock its create made (its delete freed), which
+	// stands for its application_created (application_deleted).
+	// CredentialID and Credential: the same for a Repository Credential.
+	ApplicationID string    `json:"application_id,omitempty"`
+	Application   string    `json:"application,omitempty"`
+	CredentialID  string    `json:"credential_id,omitempty"`
+	Credential    string    `json:"credential,omitempty"`
 	Count         int       `json:"count"`
 	At            time.Time `json:"at"`
 }

@@ -398,16 +398,18 @@ func TestUserCLI(t *testing.T) {
 	}
 }
 
-// The Go collector's pace: serve runs at GOGC 400 unless the environment
-// sets GOGC (and then at that), as its /metrics shows.
+// The Go collector's pace: serve runs at GOGC 400 and a soft memory limit
+// of 128 MiB unless the environment sets GOGC or GOMEMLIMIT (and then at
+// those), as its /metrics shows.
 func TestServeGCPace(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		env  []string
-		want string
+		env         []string
+		want, limit string
 	}{
-		{nil, "go_gc_gogc_percent 400\n"},
-		{[]string{"GOGC=150", "GOMEMLIMIT=200MiB"}, "go_gc_gogc_percent 150\n"},
+		{nil, "go_gc_gogc_percent 400\n", "go_gc_gomemlimit_bytes 1.34217728e+08\n"},
+		{[]string{"GOGC=150", "GOMEMLIMIT=200MiB"}, "go_gc_gogc_percent 150\n", "go_gc_gomemlimit_bytes 2.097152e+08\n"},
+		{[]string{"GOMEMLIMIT=off"}, "go_gc_gogc_percent 400\n", "go_gc_gomemlimit_bytes 9.223372036854776e+18\n"},
 	} {
 		s := startServerWith(t, serverOptions{Env: tc.env})
 		body, err := s.client(t, "").Metrics(t.Context())
@@ -417,8 +419,8 @@ func TestServeGCPace(t *testing.T) {
 		if !strings.Contains(string(body), tc.want) {
 			t.Errorf("env %v: /metrics lacks %q", tc.env, tc.want)
 		}
-		if tc.env != nil && !strings.Contains(string(body), "go_gc_gomemlimit_bytes 2.097152e+08\n") {
-			t.Errorf("env %v: /metrics lacks the memory limit", tc.env)
+		if !strings.Contains(string(body), tc.limit) {
+			t.Errorf("env %v: /metrics lacks %q", tc.env, tc.limit)
 		}
 	}
 }

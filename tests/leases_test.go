@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,5 +272,125 @@ func TestLeaseRunCLI(t *testing.T) {
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
 		t.Fatal("api lease run did not stop after its lease was lost")
+	}
+}
+
+// TestLeaseRunSIGSTOP: a real pause, not a client that stops its
+// keepalives. `api lease run` holds a lease (TTL 1s) and runs a command
+// that waits for a line on its stdin and then commits to the guarded
+// branch with the lease's token. The whole process group (api and its
+// command, as a stopped machine would be) is stopped with SIGSTOP past the
+// TTL; another acquirer takes the lease (it waits for the expiry by the
+// database's clock) and commits with the new token. Then SIGCONT: the
+// stale holder's commit, made at once, still believing it holds the
+// lease, is refused with 409 fenced; api notices the loss, stops its
+// command (SIGTERM, ignored by it until the write is done, then SIGKILL)
+// and exits 4.
+func TestLeaseRunSIGSTOP(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	token := s.createTenant(t, "paused")
+	c := s.client(t, token)
+	ctx := t.Context()
+	const repo, key = "paused-site", "repositories/paused-site/branches/main"
+	if _, err := c.CreateRepository(ctx, client.CreateRepositoryRequest{Name: repo, StorageNamespace: "s3://b/paused"}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tokenFile, result := filepath.Join(dir, "token"), filepath.Join(dir, "result")
+	// The command: record the token, wait for "go" on stdin, commit with
+	// the token (SIGTERM ignored until the commit has its answer), record
+	// the status and body, then wait to be stopped.
+	script := `trap '' TERM
+echo "$REPOLOCK_FENCING_TOKEN" > "$0.tmp" && mv "$0.tmp" "$0"
+read line
+curl -s -o "$1.body" -w '%{http_code}' -X POST \
+	-H "Authorization: Bearer $REPOLOCK_TOKEN" -H 'Content-Type: application/json' \
+	-H "Repolock-Fencing-Token: $REPOLOCK_FENCING_TOKEN" -d '{"message":"stale holder"}' \
+	"$REPOLOCK_URL/v1/repositories/` + repo + `/branches/main/commits" > "$1.tmp" && mv "$1.tmp" "$1"
+exec sleep 300`
+	cmd := exec.Command(binPath, "lease", "run", "--url", s.URL, "--key", key, "--ttl", "1s", "--kill-after", "2s",
+		"--", "sh", "-c", script, tokenFile, result)
+	cmd.Env = append(cleanEnv(), "REPOLOCK_TOKEN="+token, "REPOLOCK_URL="+s.URL)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	})
+	var stale string
+	for stale == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("api lease run ended early: %v\n%s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if b, err := os.ReadFile(tokenFile); err == nil {
+			stale = strings.TrimSpace(string(b))
+		}
+	}
+
+	// Pause the holder past its TTL.
+	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Another acquirer takes the key once the paused lease expired by the
+	// database's clock, and writes with its token.
+	l, err := c.AcquireLease(ctx, client.AcquireLeaseRequest{Key: key, TTL: time.Minute, Wait: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("the second acquirer: %v (the paused holder's token %s)", err, stale)
+	}
+	if got := strconv.FormatInt(l.FencingToken-1, 10); got != stale {
+		t.Fatalf("the second acquirer's token %d does not follow the paused holder's %s", l.FencingToken, stale)
+	}
+	if _, err := c.WithFencingToken(l.FencingToken).Commit(ctx, repo, "main", client.CommitRequest{Message: "new holder"}); err != nil {
+		t.Fatalf("the new holder's write: %v", err)
+	}
+
+	// Resume: the command gets "go" at once and writes with the stale
+	// token before anything tells it the lease is gone.
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 4 || !strings.Contains(stderr.String(), "was lost") {
+			t.Fatalf("api lease run after SIGCONT: %v, stderr %q; want exit 4, lease lost", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("api lease run did not stop its command after SIGCONT; stderr %q", stderr.String())
+	}
+	status, err := os.ReadFile(result)
+	if err != nil {
+		t.Fatalf("the stale holder's write has no answer: %v", err)
+	}
+	body, _ := os.ReadFile(result + ".body")
+	var resp map[string]any
+	if err := json.Unmarshal(body, &resp); err != nil || string(status) != "409" || errorCode(resp) != "fenced" {
+		t.Fatalf("the stale holder's write: %s %s; want 409 fenced", status, body)
+	}
+	// The branch holds the new holder's commit, not the stale one.
+	b, err := c.GetBranch(ctx, repo, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit, err := c.GetCommit(ctx, repo, b.CommitID)
+	if err != nil || commit.Message != "new holder" {
+		t.Fatalf("branch head: %+v, %v; want the new holder's commit", commit, err)
 	}
 }

@@ -89,13 +89,18 @@ func BenchmarkWatch(b *testing.B) {
 				t0 := time.Now()
 				res, err := hc.Do(req)
 				if err != nil {
-					failed.Add(1)
+					if failed.Add(1) <= 3 {
+						b.Logf("%s: acquire %d: %v", phase, i, err)
+					}
 					return
 				}
+				answer, _ := io.ReadAll(io.LimitReader(res.Body, 512))
 				_, _ = io.Copy(io.Discard, res.Body)
 				res.Body.Close()
 				if res.StatusCode != http.StatusOK {
-					failed.Add(1)
+					if failed.Add(1) <= 3 { // say why, for the first few
+						b.Logf("%s: acquire %d: %d %s", phase, i, res.StatusCode, answer)
+					}
 					return
 				}
 				done := time.Now()

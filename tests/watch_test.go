@@ -295,3 +295,80 @@ func TestWatchSlowConsumer(t *testing.T) {
 		t.Fatalf("alice's watcher: %+v %v %v", ev, err, ok)
 	}
 }
+
+// TestWatchApplicationsAndCredentials: through the binary, a tenant's
+// stream carries the creation and deletion of its Applications and
+// Credentials, one event each, naming them (the create that made the
+// lock and the delete that freed it as the lock's acquired and released
+// events), and the kinds filter selects them; another tenant sees none.
+func TestWatchApplicationsAndCredentials(t *testing.T) {
+	t.Parallel()
+	s := startServerWith(t, serverOptions{Env: []string{"GC_INTERVAL=0"}})
+	ctx := t.Context()
+	aliceTok, bobTok := s.createTenant(t, "alice"), s.createTenant(t, "bob")
+	alice, bob := s.client(t, aliceTok), s.client(t, bobTok)
+	heads := map[*client.Client]string{}
+	for _, c := range []*client.Client{alice, bob} {
+		p, err := c.Events(ctx, client.WatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads[c] = p.Cursor
+	}
+	a1, err := alice.CreateApplication(ctx, client.CreateApplicationRequest{Name: "a1", RepoURL: "https://github.com/acme/site"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := alice.CreateRepositoryCredential(ctx, client.CreateRepositoryCredentialRequest{Name: "c1", RepoURL: "git@github.com:acme/site.git", SecretRef: "k8s://ns/key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.DeleteRepositoryCredential(ctx, c1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.DeleteApplication(ctx, a1.ID); err != nil {
+		t.Fatal(err)
+	}
+	read := func(c *client.Client, kinds []string, want int) []string {
+		t.Helper()
+		var got []string
+		cursor := heads[c]
+		wait := 5 * time.Second
+		if want == 0 {
+			wait = 0 // read once (after alice's reads: her events are final)
+		}
+		for {
+			p, err := c.Events(ctx, client.WatchOptions{After: cursor, Kinds: kinds, Wait: wait})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range p.Events {
+				got = append(got, strings.TrimSpace(e.Kind+" "+e.Application+e.ApplicationID+" "+e.Credential+e.CredentialID))
+			}
+			cursor = p.Cursor
+			if len(got) >= want {
+				return got
+			}
+		}
+	}
+	all := []string{
+		"acquired a1" + a1.ID,
+		"credential_created  c1" + c1.ID,
+		"credential_deleted  c1" + c1.ID,
+		"released a1" + a1.ID,
+	}
+	for _, tc := range []struct {
+		c     *client.Client
+		kinds []string
+		want  []string
+	}{
+		{alice, nil, all},
+		{alice, []string{"application_created", "credential_deleted"}, []string{all[0], all[2]}},
+		{alice, []string{"released"}, []string{all[3]}},
+		{bob, nil, nil},
+	} {
+		if got := read(tc.c, tc.kinds, len(tc.want)); !slices.Equal(got, tc.want) {
+			t.Errorf("kinds %v: events\n%s\nwant\n%s", tc.kinds, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+		}
+	}
+}

@@ -97,7 +97,15 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 				if ev.Owner != "" && ev.Owner != ev.Actor {
 					who += " -> " + ev.Owner
 				}
-				fmt.Fprintf(e.stdout, "%s  %-9s  %s  %s\n", ev.At.UTC().Format(time.RFC3339), ev.Kind, ev.NormalizedURL, strings.TrimSpace(who))
+				// The Application or Credential the event names.
+				what := ""
+				switch {
+				case ev.Application != "":
+					what = "  application " + ev.Application
+				case ev.Credential != "":
+					what = "  credential " + ev.Credential
+				}
+				fmt.Fprintf(e.stdout, "%s  %-9s  %s  %s%s\n", ev.At.UTC().Format(time.RFC3339), ev.Kind, ev.NormalizedURL, strings.TrimSpace(who), what)
 			}
 		}
 		cursor = p.Cursor

@@ -47,12 +47,17 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	logger := newLogger(e.stderr, cfg.Log)
-	setServeGCPace(e.getenv, logger)
+	followLimit := setServeGCPace(e.getenv, logger)
 	srv, err := buildServer(cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer srv.close()
+	if followLimit != nil {
+		limitCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go followLimit(limitCtx)
+	}
 	return srv.run(ctx)
 }
 

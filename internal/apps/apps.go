@@ -33,6 +33,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/pagetoken"
 )
@@ -148,6 +149,7 @@ func validID(id string) bool {
 var applications = newKind(kind{
 	noun: "application", what: "an application", pageKind: pagetoken.KindApplications,
 	table: "applications", refTable: "RepositoryLockApplication", refColumn: "application_id",
+	ref:     locks.RefApplication,
 	own:     []column{{"path", validatePath}, {"target_revision", validateRevision}},
 	repoURL: repoURL,
 })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,10 +93,31 @@ func TestReferenceCounting(t *testing.T) {
 		checkInvariants(t, db)
 	}
 	evs := lockEvents(t, db, key)
-	if s := eventSummary(evs); len(evs) != 2 || s["acquired"] != 1 || s["released"] != 1 {
+	if s := eventSummary(evs); s["acquired"] != 1 || s["released"] != 1 {
 		t.Fatalf("events %+v", evs)
 	}
 	checkLifecycle(t, evs)
+	// One event per operation, each naming its Application or Credential:
+	// the lock's acquired and released rows name the create that made it
+	// and the delete that freed it.
+	var named []string
+	if err := db.SelectContext(ctx, &named, `
+		SELECT event || ' ' || coalesce(application_id::text || ' ' || application_name, credential_id::text || ' ' || credential_name, '')
+			|| ' ' || coalesce(lock_id::text, '')
+		FROM repository_lock_events WHERE git_repository_url = $1 ORDER BY id`, key); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"acquired " + a1.ID + " a1 " + lockID,
+		"application_created " + a2.ID + " a2 " + lockID,
+		"credential_created " + c1.ID + " c1 " + lockID,
+		"application_deleted " + a1.ID + " a1 " + lockID,
+		"credential_deleted " + c1.ID + " c1 " + lockID,
+		"released " + a2.ID + " a2 " + lockID,
+	}
+	if !slices.Equal(named, want) {
+		t.Fatalf("events\n%s\nwant\n%s", strings.Join(named, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 func TestCreateApplicationValidation(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"unicode"
 
 	"github.com/repolock/repolock"
+	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
 	"github.com/repolock/repolock/internal/pagetoken"
 )
@@ -202,6 +203,7 @@ func credentialRepoURL(n *normalize.Normalizer, raw string) (normalize.Key, stri
 var credentials = newKind(kind{
 	noun: "repository credential", what: "a repository credential", pageKind: pagetoken.KindRepositoryCredentials,
 	table: "repository_credentials", refTable: "RepositoryLockRepositoryCredential", refColumn: "repository_credential_id",
+	ref:     locks.RefCredential,
 	own:     []column{{"username", validateUsername}, {"secret_ref", validateSecretRef}},
 	repoURL: credentialRepoURL,
 })

@@ -33,7 +33,9 @@ type kind struct {
 	// repoURL checks a repo_url and returns its key (under n) and the URL
 	// to store.
 	repoURL func(n *normalize.Normalizer, raw string) (normalize.Key, string, error)
-	sql     statements
+	// ref is how events name a row of the kind (locks.RefApplication).
+	ref locks.Ref
+	sql statements
 }
 
 // column is one of a kind's own columns and its check.
@@ -50,18 +52,21 @@ type statements struct {
 	get, locked string
 	// list: $1 tenant, $2 and $3 the cursor (created_at, id), $4 limit.
 	list string
-	// create writes the row and its reference in one statement, in the
-	// transaction that acquired the lock: $1 tenant, $2 name, $3 repo_url,
-	// $4 normalized_url, then the own columns, then the lock.
+	// create writes the row, its reference and its created event
+	// (locks.RefCreatedCTE) in one statement, in the transaction that
+	// acquired the lock: $1 tenant, $2 name, $3 repo_url, $4
+	// normalized_url, then the own columns, then the lock.
 	create string
 	// createWithNewLock is the fast path of creates: for each row of its
 	// input (arrays: keys, rule sets, tenants, shadow lists, rules
 	// generations, names, repo_urls, then the own columns; see
 	// locks.NewLocksCTE) whose URL nobody holds, one statement (so one implicit
 	// transaction and one round trip for a whole batch of creates) creates
-	// the lock and its event (locks.NewLocksCTE), the row and the
-	// reference. It returns the rows it created; none, and writes nothing,
-	// for a URL that is taken.
+	// the lock (locks.NewLockRowsCTE), the row, the reference and the
+	// lock's "acquired" event, which names the row
+	// (locks.NewLocksEventCTE): no event row of the create's own. It
+	// returns the rows it created; none, and writes nothing, for a URL
+	// that is taken.
 	createWithNewLock string
 	// update writes every column an update can change: $1 id, $2 tenant,
 	// $3 name, $4 repo_url, $5 normalized_url, then the own columns, then
@@ -73,7 +78,10 @@ type statements struct {
 	// setRef points row $1's reference at lock $2, creating it if missing.
 	setRef string
 	// delete deletes row $1 and its reference, returning the lock ids the
-	// reference held.
+	// reference held with the row's name, key and tenant (deletedRow);
+	// a row without a reference gets its deleted event here
+	// (locks.RefDeletedUnreferencedCTE), the others from
+	// locks.Service.ReleaseRef.
 	delete string
 }
 
@@ -107,7 +115,7 @@ const (
 		RETURNING *
 	), ref AS (
 		INSERT INTO {refTable} ({refColumn}, lock_id) SELECT a.id, {lock}::uuid FROM a
-	)
+	), {refCreatedCTE}
 	SELECT ` + rowColumns + `, {lock}::uuid::text AS lock_id FROM a`
 	// The input CTE: one row per create. Keys are distinct, and so are
 	// (tenant, name) pairs (newRowKeys).
@@ -115,7 +123,7 @@ const (
 	WITH input AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::text[], {own.arrays})
 			AS i(key, rules, tenant, shadows, gen, name, repo_url, {own})
-	), ` + locks.NewLocksCTE + `, a AS (
+	), ` + locks.NewLockRowsCTE + `, a AS (
 		INSERT INTO {table} (cluster_user_id, name, repo_url, normalized_url, {own})
 		SELECT input.tenant, input.name, input.repo_url, lock.git_repository_url, {input.own}
 		FROM input JOIN lock ON lock.git_repository_url = input.key AND lock.cluster_user_id = input.tenant
@@ -124,7 +132,7 @@ const (
 	), ref AS (
 		INSERT INTO {refTable} ({refColumn}, lock_id)
 		SELECT a.id, lock.id FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id
-	)
+	), {newLocksEventCTE}
 	SELECT ` + rowColumns + `, lock.id::text AS lock_id
 	FROM a JOIN lock ON lock.git_repository_url = a.normalized_url AND lock.cluster_user_id = a.cluster_user_id`
 	updateTemplate = `
@@ -139,8 +147,10 @@ const (
 	ON CONFLICT ({refColumn}) DO UPDATE SET lock_id = EXCLUDED.lock_id`
 	deleteTemplate = `
 	WITH ref AS (DELETE FROM {refTable} WHERE {refColumn} = $1 RETURNING lock_id),
-	gone AS (DELETE FROM {table} WHERE id = $1)
-	SELECT lock_id FROM ref`
+	gone AS (DELETE FROM {table} WHERE id = $1 RETURNING id, name, normalized_url, cluster_user_id),
+	{refDeletedUnreferencedCTE}
+	SELECT ref.lock_id::text AS lock_id, gone.name, gone.normalized_url, gone.cluster_user_id::text AS tenant
+	FROM ref CROSS JOIN gone`
 )
 
 // newKind returns k with its statements built from the templates. The
@@ -161,6 +171,11 @@ func newKind(k kind) *kind {
 	}
 	dollar := func(i int, _ string) string { return fmt.Sprintf("$%d", i) }
 	build := func(template string, lock int) string {
+		template = strings.NewReplacer(
+			"{refCreatedCTE}", locks.RefCreatedCTE(k.ref, "{lock}"),
+			"{newLocksEventCTE}", locks.NewLocksEventCTE(k.ref),
+			"{refDeletedUnreferencedCTE}", locks.RefDeletedUnreferencedCTE(k.ref),
+		).Replace(template)
 		return strings.NewReplacer(
 			"{table}", k.table, "{refTable}", k.refTable, "{refColumn}", k.refColumn,
 			"{own}", strings.Join(own, ", "), "{a.own}", prefixed("a."), "{input.own}", prefixed("input."),
@@ -572,6 +587,14 @@ func (s *Service) moveReference(ctx context.Context, tx database.Tx, k *kind, id
 	return err
 }
 
+// deletedRow is a row of a kind's delete statement.
+type deletedRow struct {
+	LockID   string `db:"lock_id"`
+	Name     string `db:"name"`
+	Key      string `db:"normalized_url"`
+	TenantID string `db:"tenant"`
+}
+
 // remove deletes the tenant's row id and its reference, and releases the
 // lock if that was its last reference, in one transaction. The row lock is
 // taken first, so the reference read afterwards is the current one even if
@@ -584,13 +607,14 @@ func (s *Service) remove(ctx context.Context, k *kind, tenantID, id string) erro
 		if err := s.lockRow(ctx, tx, k, tenantID, id); err != nil {
 			return err
 		}
-		var lockIDs []string
-		err := tx.SelectContext(ctx, &lockIDs, k.sql.delete, id)
+		var refs []deletedRow
+		err := tx.SelectContext(ctx, &refs, k.sql.delete, id)
 		if err != nil {
 			return database.MapError(err)
 		}
-		for _, lockID := range lockIDs {
-			if _, err := s.locks.Release(ctx, tx, lockID); err != nil {
+		for _, r := range refs {
+			d := locks.Deleted{ID: id, Name: r.Name, TenantID: r.TenantID, Key: r.Key}
+			if _, err := s.locks.ReleaseRef(ctx, tx, r.LockID, k.ref, d); err != nil {
 				return err
 			}
 		}

@@ -101,6 +101,13 @@ func (s *Server) events(c echo.Context) error {
 		return err
 	}
 	defer leave()
+	// A watcher holds no database connection while it waits, and its
+	// reads come from the watch's buffer (a cursor older than the buffer
+	// reads the database, briefly): it gives its tenant's share of the
+	// pool back, or a tenant's watchers (up to the watcher cap, above the
+	// share) would hold every slot and refuse its other requests with 429.
+	// The watcher cap bounds them instead.
+	releaseShare(c)
 	if stream {
 		return s.streamEvents(c, sc, after, kinds, size)
 	}

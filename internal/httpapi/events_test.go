@@ -289,3 +289,38 @@ func TestEventsRateLimit(t *testing.T) {
 		t.Fatalf("4th request: %d, want 429", st)
 	}
 }
+
+// A watcher gives its tenant's share of the pool back while it waits: with
+// a share of one request in flight, a tenant with an open stream and a
+// long poll in progress is still served (make bench-watch's 10 watchers
+// per tenant held the whole share, and every acquire of the tenant got
+// 429).
+func TestEventsHoldNoShare(t *testing.T) {
+	t.Parallel()
+	// A request waits up to 5 s for the slot: the long poll's setup may
+	// hold it for a moment, a waiting watcher must not.
+	e := newAPIEnv(t, withShare(1, 5*time.Second), withEventStreams(20*time.Millisecond, 5*time.Second))
+	alice := e.tenant("alice")
+	s, st := e.openStream(t, alice, "", "")
+	if st != http.StatusOK {
+		t.Fatalf("stream: %d", st)
+	}
+	beats := 0
+	for beats < 2 {
+		s.next(&beats)
+	}
+	polled := make(chan int, 1)
+	go func() {
+		st, _ := e.call(http.MethodGet, "/v1/events?wait=60s", alice, nil)
+		polled <- st
+	}()
+	for i := range 3 {
+		if st, _ := e.call(http.MethodGet, "/v1/me", alice, nil); st != http.StatusOK {
+			t.Fatalf("request %d beside the watchers: %d, want 200", i+1, st)
+		}
+	}
+	e.must(http.StatusCreated, http.MethodPost, "/v1/applications", alice, map[string]any{"name": "woken", "repo_url": "https://github.com/acme/woken"})
+	if st := <-polled; st != http.StatusOK {
+		t.Fatalf("long poll: %d", st)
+	}
+}

@@ -238,8 +238,25 @@ func (s *Server) withShare(c echo.Context, key string, next echo.HandlerFunc) er
 	if err != nil {
 		return err
 	}
-	defer s.cfg.Share.Release(key, n)
+	var once sync.Once
+	release := func() { once.Do(func() { s.cfg.Share.Release(key, n) }) }
+	defer release()
+	c.Set(ctxKeyShareRelease, release)
 	return next(c)
+}
+
+// ctxKeyShareRelease holds, while a request holds its share (withShare),
+// the function that gives it back early (releaseShare).
+const ctxKeyShareRelease = "repolock.share_release"
+
+// releaseShare gives the request's slots of its tenant's share back before
+// the request ends: for a request that goes on without holding a database
+// connection (a watcher waiting for events). Idempotent; nothing without
+// a share.
+func releaseShare(c echo.Context) {
+	if release, ok := c.Get(ctxKeyShareRelease).(func()); ok {
+		release()
+	}
 }
 
 // shareWeight is how many slots of its tenant's share a request with a

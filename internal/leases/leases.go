@@ -19,6 +19,7 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -316,6 +317,48 @@ func (s *Service) Release(ctx context.Context, tenantID, id string) (err error) 
 	return nil
 }
 
+// The lists of List: $1 tenant, $2 the page's last key, $3 the prefix, $4
+// the limit; listPrefixSQL also $5, PrefixEnd of the prefix. Both are
+// index range scans of the (cluster_user_id, key) unique index, bounded
+// below by $2 and $3 and, in listPrefixSQL, above by $5.
+const (
+	listPrefixSQL = `SELECT ` + leaseColumns + ` FROM leases
+		WHERE cluster_user_id = $1 AND key > $2 AND key >= $3 AND key < $5
+			AND starts_with(key, $3) AND expires_at > clock_timestamp()
+		ORDER BY key LIMIT $4`
+	listAllSQL = `SELECT ` + leaseColumns + ` FROM leases
+		WHERE cluster_user_id = $1 AND key > $2 AND key >= $3
+			AND starts_with(key, $3) AND expires_at > clock_timestamp()
+		ORDER BY key LIMIT $4`
+)
+
+// PrefixEnd returns the least string greater than every string that starts
+// with prefix, in byte order (COLLATE "C"), and true; false when there is
+// none (an empty prefix, or one of only U+10FFFF). Keys starting with
+// prefix are exactly those in [prefix, end). It increments the prefix's
+// last code point (UTF-8 preserves code-point order in byte order; the
+// surrogates, which are not text, are skipped), dropping trailing
+// U+10FFFF. A prefix that is not valid UTF-8 has no end.
+func PrefixEnd(prefix string) (string, bool) {
+	if !utf8.ValidString(prefix) {
+		return "", false
+	}
+	rs := []rune(prefix)
+	for len(rs) > 0 {
+		last := rs[len(rs)-1]
+		rs = rs[:len(rs)-1]
+		if last == utf8.MaxRune {
+			continue
+		}
+		next := last + 1
+		if next >= 0xD800 && next <= 0xDFFF {
+			next = 0xE000
+		}
+		return string(append(rs, next)), true
+	}
+	return "", false
+}
+
 // List returns one page of the tenant's valid leases whose key starts with
 // keyPrefix, ordered by key, and the next page's token.
 func (s *Service) List(ctx context.Context, tenantID, keyPrefix string, pageSize int, pageToken string) (_ []Lease, _ string, err error) {
@@ -337,11 +380,14 @@ func (s *Service) List(ctx context.Context, tenantID, keyPrefix string, pageSize
 	}
 	var ls []Lease
 	// Served by the (cluster_user_id, key) unique index: a range scan
-	// from the prefix (COLLATE "C": byte order).
-	err = s.db.SelectContext(ctx, &ls, `SELECT `+leaseColumns+` FROM leases
-		WHERE cluster_user_id = $1 AND key > $2 AND key >= $3 AND starts_with(key, $3)
-			AND expires_at > clock_timestamp()
-		ORDER BY key LIMIT $4`, tenantID, after, keyPrefix, pageSize+1)
+	// from the prefix to its end (COLLATE "C": byte order; no end for an
+	// empty prefix). The scan stops at the first key past the prefix instead of
+	// reading the tenant's keys after it; starts_with only re-checks.
+	if end, ok := PrefixEnd(keyPrefix); ok {
+		err = s.db.SelectContext(ctx, &ls, listPrefixSQL, tenantID, after, keyPrefix, pageSize+1, end)
+	} else {
+		err = s.db.SelectContext(ctx, &ls, listAllSQL, tenantID, after, keyPrefix, pageSize+1)
+	}
 	if err != nil {
 		return nil, "", database.MapError(err)
 	}

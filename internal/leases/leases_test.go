@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -509,5 +510,93 @@ func TestConcurrentBatches(t *testing.T) {
 	}
 	if total != workers*rounds {
 		t.Fatalf("%d acquisitions, want %d", total, workers*rounds)
+	}
+}
+
+// TestListStopsAtPrefixEnd: a key_prefix list reads only the prefix's
+// index range: keys just past the prefix (the next byte, a longer key
+// after it, another tenant's) are neither listed nor read (EXPLAIN
+// ANALYZE: the end is an index condition and no row is removed by a
+// filter).
+func TestListStopsAtPrefixEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	for _, k := range []string{"sync/a", "sync/b", "sync0", "sync0/x", "sync\u00e9", "synd", "sz", "sync"} {
+		if _, err := e.svc.Acquire(ctx, alice.ID, req(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"sync/", []string{"sync/a", "sync/b"}},
+		{"sync", []string{"sync", "sync/a", "sync/b", "sync0", "sync0/x", "sync\u00e9"}},
+		{"sync0", []string{"sync0", "sync0/x"}},
+		{"sync\u00e9", []string{"sync\u00e9"}},
+		{"syncz", nil},
+	} {
+		page, next, err := e.svc.List(ctx, alice.ID, tc.prefix, 50, "")
+		if err != nil || next != "" {
+			t.Fatalf("list %q: next %q, %v", tc.prefix, next, err)
+		}
+		var got []string
+		for _, l := range page {
+			got = append(got, l.Key)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("list %q = %q, want %q", tc.prefix, got, tc.want)
+		}
+	}
+	// The plan: an index scan whose condition holds the end, and no row
+	// read past it, even in a generic plan (a prepared statement's, where
+	// the planner cannot derive a range from starts_with and a parameter).
+	// (The table is tiny: the planner is told to use the index, as it
+	// does on a table of many leases.)
+	var lines []string
+	err := e.db.WithTx(ctx, func(tx database.Tx) error {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off;
+			SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `PREPARE leases_list_prefix AS `+leases.ListPrefixSQL); err != nil {
+			return err
+		}
+		defer tx.ExecContext(ctx, `DEALLOCATE leases_list_prefix`) //nolint:errcheck // the transaction's end reports
+		return tx.SelectContext(ctx, &lines, fmt.Sprintf(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+			EXECUTE leases_list_prefix('%s', '', 'sync/', 51, 'sync0')`, alice.ID))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(lines, "\n")
+	if !strings.Contains(text, "Index Cond") || !strings.Contains(text, "key < ") {
+		t.Errorf("the end is not an index condition:\n%s", text)
+	}
+	if strings.Contains(text, "Rows Removed by Filter") || strings.Contains(text, "Seq Scan") {
+		t.Errorf("the scan reads rows past the prefix:\n%s", text)
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		prefix, end string
+		ok          bool
+	}{
+		{"", "", false},
+		{"sync/", "sync0", true},
+		{"a\u00e9", "a\u00ea", true},
+		{"a\ud7ff", "a\ue000", true},
+		{"a\U0010ffff", "b", true},
+		{"\U0010ffff\U0010ffff", "", false},
+		{"a\xff", "", false},
+	} {
+		end, ok := leases.PrefixEnd(tc.prefix)
+		if end != tc.end || ok != tc.ok {
+			t.Errorf("PrefixEnd(%q) = %q, %v; want %q, %v", tc.prefix, end, ok, tc.end, tc.ok)
+		}
 	}
 }

@@ -149,7 +149,14 @@ func validateTenantID(id string) error {
 // bareLocksCTE for a lock without a reference). They are inserted in key
 // order, so that two such statements running at once wait for each other's
 // keys in one order and never deadlock on them.
-const NewLocksCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `false` + insertLocksTail + `), ` + lockEventCTE
+const NewLocksCTE = NewLockRowsCTE + `, ` + lockEventCTE
+
+// NewLockRowsCTE is NewLocksCTE without the events: rules_guard and lock
+// only. A statement that uses it records the "acquired" events of the
+// locks with NewLocksEventCTE, after the CTE that writes the rows
+// referencing them, so that each lock's event names its row
+// (internal/apps' creates).
+const NewLockRowsCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `false` + insertLocksTail + `)`
 
 // bareLocksCTE is NewLocksCTE for locks that nothing references yet (the
 // bare acquire, and every other Acquire that creates a lock before its

@@ -127,7 +127,34 @@ const NotifyChannel = "repolock_events"
 // Kinds are the event kinds, in the order the API documents them.
 var Kinds = []string{locks.EventAcquired, locks.EventDenied, locks.EventReleased, locks.EventCollected, locks.EventRekeyed,
 	locks.EventTransferred, locks.EventHandoverOffered, locks.EventHandoverAccepted, locks.EventHandoverDeclined,
-	locks.EventHandoverWithdrawn, locks.EventHandoverExpired}
+	locks.EventHandoverWithdrawn, locks.EventHandoverExpired,
+	locks.EventApplicationCreated, locks.EventApplicationDeleted, locks.EventCredentialCreated, locks.EventCredentialDeleted}
+
+// Matches reports whether an event of kind, naming an Application when
+// application and a Credential when credential, passes the kinds filter
+// (empty: every kind). An "acquired" event that names an Application is
+// also an application_created (the create made the lock: its event is the
+// lock's), a "released" one also an application_deleted; the same for
+// Credentials. readSQL's filter is the same.
+func Matches(kinds []string, kind string, application, credential bool) bool {
+	if len(kinds) == 0 || slices.Contains(kinds, kind) {
+		return true
+	}
+	var also string
+	switch {
+	case application && kind == locks.EventAcquired:
+		also = locks.EventApplicationCreated
+	case application && kind == locks.EventReleased:
+		also = locks.EventApplicationDeleted
+	case credential && kind == locks.EventAcquired:
+		also = locks.EventCredentialCreated
+	case credential && kind == locks.EventReleased:
+		also = locks.EventCredentialDeleted
+	default:
+		return false
+	}
+	return slices.Contains(kinds, also)
+}
 
 // Defaults of Config.
 const (
@@ -164,14 +191,22 @@ func maxPos(p, q Position) Position {
 type Event struct {
 	// Cursor is the position just after this event: resuming from it
 	// delivers the events after this one.
-	Cursor        string    `json:"cursor"`
-	ID            int64     `json:"id"`
-	Kind          string    `json:"kind"`
-	LockID        string    `json:"lock_id,omitempty"`
-	NormalizedURL string    `json:"normalized_url"`
-	Actor         string    `json:"actor,omitempty"`
-	Owner         string    `json:"owner,omitempty"`
-	RekeyedFrom   string    `json:"rekeyed_from,omitempty"`
+	Cursor        string `json:"cursor"`
+	ID            int64  `json:"id"`
+	Kind          string `json:"kind"`
+	LockID        string `json:"lock_id,omitempty"`
+	NormalizedURL string `json:"normalized_url"`
+	Actor         string `json:"actor,omitempty"`
+	Owner         string `json:"owner,omitempty"`
+	RekeyedFrom   string `json:"rekeyed_from,omitempty"`
+	// ApplicationID and Application name the Application the event is
+	// about (application_created, application_deleted, and the acquired
+	// or released event of a lock its create made or its delete freed);
+	// CredentialID and Credential the same for a Repository Credential.
+	ApplicationID string    `json:"application_id,omitempty"`
+	Application   string    `json:"application,omitempty"`
+	CredentialID  string    `json:"credential_id,omitempty"`
+	Credential    string    `json:"credential,omitempty"`
 	Count         int       `json:"count"`
 	At            time.Time `json:"at"`
 
@@ -385,7 +420,7 @@ func ValidateKinds(kinds []string) error {
 // readSQL reads, with one snapshot S, the horizon h, the database time,
 // whether committed events at or above h are held back, and at most $5
 // events after ($1, $2) and below h, of the tenant $3 (NULL: every tenant)
-// and kinds $4 (empty: all), in order. Served by
+// and kinds $4 (empty: all; as Matches), in order. Served by
 // repository_lock_events_watch_idx.
 //
 // The horizon is S's xmin when no committed event is at or above it (the
@@ -417,12 +452,17 @@ WITH s AS MATERIALIZED (
 SELECT h.horizon::text AS horizon, h.at, COALESCE(h.newest >= h.horizon, false) AS held,
 	e.id, e.xid::text AS xid, e.event, e.lock_id::text AS lock_id, e.git_repository_url,
 	e.cluster_user_id::text AS actor_id, e.cluster_user_name, e.owner_user_id::text AS owner_id, e.owner_user_name,
-	e.rekeyed_from, e.count, e.created_at
+	e.rekeyed_from, e.count, e.created_at,
+	e.application_id::text AS application_id, e.application_name, e.credential_id::text AS credential_id, e.credential_name
 FROM h LEFT JOIN LATERAL (
 	SELECT e.* FROM repository_lock_events e
 	WHERE e.xid IS NOT NULL AND (e.xid, e.id) > ($1::xid8, $2::bigint) AND e.xid < h.horizon
 		AND ($3::uuid IS NULL OR e.cluster_user_id = $3::uuid OR e.owner_user_id = $3::uuid)
-		AND (cardinality($4::text[]) = 0 OR e.event = ANY ($4::text[]))
+		AND (cardinality($4::text[]) = 0 OR e.event = ANY ($4::text[])
+			OR (e.application_id IS NOT NULL AND CASE e.event WHEN '` + locks.EventAcquired + `' THEN '` + locks.EventApplicationCreated + `'
+				WHEN '` + locks.EventReleased + `' THEN '` + locks.EventApplicationDeleted + `' END = ANY ($4::text[]))
+			OR (e.credential_id IS NOT NULL AND CASE e.event WHEN '` + locks.EventAcquired + `' THEN '` + locks.EventCredentialCreated + `'
+				WHEN '` + locks.EventReleased + `' THEN '` + locks.EventCredentialDeleted + `' END = ANY ($4::text[])))
 	ORDER BY e.xid, e.id
 	LIMIT $5
 ) e ON true
@@ -444,6 +484,10 @@ type readRow struct {
 	RekeyedFrom *string    `db:"rekeyed_from"`
 	Count       *int       `db:"count"`
 	CreatedAt   *time.Time `db:"created_at"`
+	AppID       *string    `db:"application_id"`
+	AppName     *string    `db:"application_name"`
+	CredID      *string    `db:"credential_id"`
+	CredName    *string    `db:"credential_name"`
 }
 
 func str(p *string) string {
@@ -488,6 +532,7 @@ func (s *Service) dbRead(ctx context.Context, sc Scope, after Position, kinds []
 		e := Event{
 			ID: *r.ID, Kind: str(r.Event), LockID: str(r.LockID), NormalizedURL: str(r.URL),
 			Actor: str(r.ActorName), Owner: str(r.OwnerName), RekeyedFrom: str(r.RekeyedFrom),
+			ApplicationID: str(r.AppID), Application: str(r.AppName), CredentialID: str(r.CredID), Credential: str(r.CredName),
 			pos: Position{X: x, I: *r.ID}, at: at, actorID: str(r.ActorID), ownerID: str(r.OwnerID),
 		}
 		if r.Count != nil {
@@ -637,7 +682,7 @@ func (s *Service) memRead(sc Scope, pos Position, kinds []string, limit int) ([]
 	next := maxPos(pos, s.head)
 	for ; i < len(s.buf); i++ {
 		e := &s.buf[i]
-		if !pos.Less(e.pos) || !sc.sees(e) || (len(kinds) > 0 && !slices.Contains(kinds, e.Kind)) {
+		if !pos.Less(e.pos) || !sc.sees(e) || !Matches(kinds, e.Kind, e.ApplicationID != "", e.CredentialID != "") {
 			continue
 		}
 		events = append(events, *e)
