@@ -3,7 +3,10 @@ package locks_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +175,69 @@ func BenchmarkInsertLocksBatch(b *testing.B) {
 				b.ReportMetric(float64(statements)/elapsed.Seconds(), "statements/s")
 			}
 		})
+	}
+}
+
+// BenchmarkAcquireHotTenant is the hot-row check of the ownership figures
+// (issue 28) below the HTTP layer: ONE tenant acquires fresh URLs from 32
+// goroutines through locks.Service.Acquire (the group-commit path api serve
+// uses: one statement, hence one delta row, per batch) on a 32-connection
+// pool, in alternating phases with the figures' triggers enabled and
+// disabled on one database, 3 s per phase, 3 pairs. Reports acquires/s of
+// both and their ratio; tests/ BenchmarkOwnershipFiguresHotTenant does the
+// same through the binary.
+func BenchmarkAcquireHotTenant(b *testing.B) {
+	const conns, rounds, phase = 32, 3, 3 * time.Second
+	for range b.N {
+		ctx := context.Background()
+		db := dbtest.New(b, dbtest.Pool(database.PoolConfig{MaxOpenConns: conns}))
+		ls := newLocks(db)
+		tenant := dbtest.NewTenant(b, db, "hot").ID
+		set := func(verb string) {
+			if _, err := db.ExecContext(ctx, `ALTER TABLE RepositoryLockOwner `+verb+` TRIGGER repositorylockowner_ownership_insert`); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var seq atomic.Int64
+		run := func(d time.Duration) float64 {
+			var n atomic.Int64
+			rctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			var wg sync.WaitGroup
+			start := time.Now()
+			for range conns {
+				wg.Go(func() {
+					for rctx.Err() == nil {
+						if _, err := ls.Acquire(ctx, tenant, fmt.Sprintf("github.com/bench-hot/r%d", seq.Add(1))); err != nil {
+							b.Error(err)
+							return
+						}
+						n.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			return float64(n.Load()) / time.Since(start).Seconds()
+		}
+		run(time.Second)
+		var with, without float64
+		for r := range rounds {
+			for _, on := range map[bool][]bool{false: {true, false}, true: {false, true}}[r%2 == 1] {
+				if on {
+					set("ENABLE")
+					with += run(phase) / rounds
+				} else {
+					set("DISABLE")
+					without += run(phase) / rounds
+				}
+			}
+		}
+		set("ENABLE")
+		b.ReportMetric(with, "with_acquires/s")
+		b.ReportMetric(without, "without_acquires/s")
+		b.ReportMetric(with/without, "ratio")
+		if avg, err := os.ReadFile("/proc/loadavg"); err == nil {
+			b.Logf("load average after: %s", strings.TrimSpace(string(avg)))
+		}
 	}
 }
