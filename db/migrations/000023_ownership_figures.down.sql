@@ -13,6 +13,21 @@ SELECT
         AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id)) AS unreferenced_locks
 FROM cluster_users u;
 
+CREATE OR REPLACE VIEW report_orphan_locks AS
+SELECT
+    o.id                 AS lock_id,
+    o.git_repository_url,
+    o.cluster_user_id    AS owner_id,
+    u.name               AS owner_name,
+    o.created_at,
+    floor(extract(epoch FROM now() - o.created_at))::bigint AS age_seconds,
+    o.created_at < now() - COALESCE(NULLIF(current_setting('repolock.gc_min_age', true), '')::interval,
+                                     interval '1 minute') AS eligible
+FROM RepositoryLockOwner o
+JOIN cluster_users u ON u.id = o.cluster_user_id
+WHERE NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id);
+
 DROP FUNCTION repolock_ownership_fold();
 
 DROP TRIGGER repository_credentials_ownership_truncate ON repository_credentials;

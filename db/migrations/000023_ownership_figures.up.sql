@@ -336,3 +336,22 @@ LEFT JOIN (SELECT cluster_user_id, count(*) AS locks, count(*) FILTER (WHERE unr
            FROM RepositoryLockOwner GROUP BY cluster_user_id) l ON l.cluster_user_id = u.id
 LEFT JOIN (SELECT cluster_user_id, count(*) AS n FROM applications GROUP BY cluster_user_id) a ON a.cluster_user_id = u.id
 LEFT JOIN (SELECT cluster_user_id, count(*) AS n FROM repository_credentials GROUP BY cluster_user_id) c ON c.cluster_user_id = u.id;
+
+-- report_orphan_locks walked every lock; every unreferenced lock is a GC
+-- candidate (000013's invariant), so it now walks the candidates' partial
+-- index: O(its answer + the false positives the next GC run clears).
+CREATE OR REPLACE VIEW report_orphan_locks AS
+SELECT
+    o.id                 AS lock_id,
+    o.git_repository_url,
+    o.cluster_user_id    AS owner_id,
+    u.name               AS owner_name,
+    o.created_at,
+    floor(extract(epoch FROM now() - o.created_at))::bigint AS age_seconds,
+    o.created_at < now() - COALESCE(NULLIF(current_setting('repolock.gc_min_age', true), '')::interval,
+                                     interval '1 minute') AS eligible
+FROM RepositoryLockOwner o
+JOIN cluster_users u ON u.id = o.cluster_user_id
+WHERE o.gc_candidate
+  AND NOT EXISTS (SELECT 1 FROM RepositoryLockApplication ra WHERE ra.lock_id = o.id)
+  AND NOT EXISTS (SELECT 1 FROM RepositoryLockRepositoryCredential rc WHERE rc.lock_id = o.id);
