@@ -300,6 +300,9 @@ func TestOperations(t *testing.T) {
 	if len(reports) != 9 {
 		t.Errorf("ListReports = %+v", reports)
 	}
+	if v := must(e.admin.VerifyOwnershipReport(ctx))(t); !v.OK || len(v.Drift) != 0 || v.Tenants == 0 {
+		t.Errorf("VerifyOwnershipReport = %+v, want ok", v)
+	}
 	rows := must(e.admin.GetReport(ctx, "locks", client.ReportOptions{Limit: 10}))(t)
 	if rows.Report != "locks" || len(rows.Items) != 1 {
 		t.Errorf("GetReport(locks) = %+v", rows)

@@ -33,7 +33,7 @@ var operationMethods = map[string][]string{
 	"recordSyncIndexed": {"RecordSyncIndexed"},
 	"createUser":        {"CreateUser"}, "listUsers": {"ListUsersPage", "ListUsers"}, "deleteUser": {"DeleteUser"}, "issueToken": {"IssueToken"},
 	"revokeTokens": {"RevokeTokens"}, "runGC": {"RunGC"}, "listGCRuns": {"ListGCRunsPage", "ListGCRuns"}, "getGCRun": {"GetGCRun"},
-	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"},
+	"listReports": {"ListReports"}, "getReport": {"GetReport", "GetReportCSV"}, "verifyOwnershipReport": {"VerifyOwnershipReport"},
 	"runRekey": {"RunRekey"}, "listAliases": {"ListAliases"}, "createAlias": {"CreateAlias", "PlanCreateAlias"},
 	"deleteAlias":  {"DeleteAlias", "PlanDeleteAlias"},
 	"acquireLease": {"AcquireLease", "Lease"}, "keepaliveLease": {"KeepaliveLease"}, "releaseLease": {"ReleaseLease"},

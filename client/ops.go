@@ -487,6 +487,13 @@ func (c *Client) GetReportCSV(ctx context.Context, name string, opts ReportOptio
 	return b, err
 }
 
+// VerifyOwnershipReport recounts the ownership figures from the base tables
+// (GET /v1/admin/reports/ownership/verify); OK is false when any tenant's
+// figures drift.
+func (c *Client) VerifyOwnershipReport(ctx context.Context) (OwnershipVerification, error) {
+	return get[OwnershipVerification](ctx, c, "/v1/admin/reports/ownership/verify", nil)
+}
+
 // RunRekey re-keys locks made under an older keying rules version. It is
 // never retried. When the run fails after some batches, the error carries
 // what it did (Error.Progress): that stays done, and a second run

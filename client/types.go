@@ -343,6 +343,34 @@ type Report struct {
 	Description string `json:"description"`
 }
 
+// OwnershipFigures are one tenant's ownership figures.
+type OwnershipFigures struct {
+	Locks             int64 `json:"locks"`
+	Applications      int64 `json:"applications"`
+	Credentials       int64 `json:"credentials"`
+	UnreferencedLocks int64 `json:"unreferenced_locks"`
+}
+
+// OwnershipDrift is a tenant whose reported figures differ from the base
+// tables.
+type OwnershipDrift struct {
+	TenantID   string           `json:"tenant_id"`
+	TenantName string           `json:"tenant_name"`
+	Reported   OwnershipFigures `json:"reported"`
+	Actual     OwnershipFigures `json:"actual"`
+	// BadFlags counts the tenant's locks whose maintained "unreferenced"
+	// flag is wrong.
+	BadFlags int64 `json:"bad_flags"`
+}
+
+// OwnershipVerification is VerifyOwnershipReport's answer.
+type OwnershipVerification struct {
+	OK      bool             `json:"ok"`
+	Tenants int64            `json:"tenants"`
+	TookMS  int64            `json:"took_ms"`
+	Drift   []OwnershipDrift `json:"drift"`
+}
+
 // ReportOptions are the parameters of GetReport; Limit 0 means every row.
 type ReportOptions struct {
 	Limit int

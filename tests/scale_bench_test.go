@@ -249,12 +249,16 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 			exec(q)
 		}
 	}
+	// The triggers are off during the load (the ownership figures' would
+	// look up every new reference's lock without the indexes): the
+	// figures are computed once afterwards (repolock_ownership_rebuild).
+	exec(`SET session_replication_role = replica`)
 	const chunk = 2_000_000
 	for lo := 0; lo < locks; lo += chunk {
 		hi := min(lo+chunk, locks)
-		exec(`INSERT INTO RepositoryLockOwner (id, git_repository_url, normalizer_version, cluster_user_id, created_at, gc_candidate)
+		exec(`INSERT INTO RepositoryLockOwner (id, git_repository_url, normalizer_version, cluster_user_id, created_at, gc_candidate, unreferenced)
 			SELECT md5('lock' || g)::uuid, `+scaleKey+`, 1, t.id, now() - interval '2 hours' + g * interval '1 microsecond',
-			       g % 100 = 0
+			       g % 100 = 0, g % 100 = 0
 			FROM generate_series($1::int, $2::int - 1) g JOIN scale_tenants t ON t.n = g % $3`, lo, hi, tenants)
 		exec(`INSERT INTO applications (id, cluster_user_id, name, repo_url, normalized_url)
 			SELECT md5('app' || g)::uuid, t.id, 'app-' || g, `+scaleURL+`, `+scaleKey+`
@@ -282,7 +286,10 @@ WHERE i.indrelid::regclass::text IN (` + tables + `)
 		exec(q)
 	}
 	exec(`DROP TABLE scale_tenants`)
-	progress("events done; VACUUM ANALYZE")
+	exec(`RESET session_replication_role`)
+	progress("events done; the ownership figures")
+	exec(`SELECT repolock_ownership_rebuild()`)
+	progress("VACUUM ANALYZE")
 	exec(`VACUUM ANALYZE`)
 	r.loadTime = time.Since(start)
 	progress("data ready in %s", r.loadTime.Round(time.Second))

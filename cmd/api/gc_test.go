@@ -256,6 +256,48 @@ func TestReportCommand(t *testing.T) {
 	}
 }
 
+// api report verify: exit 0 and "ok" when the figures are exact; a
+// corrupted total (and a wrong lock flag) is printed per tenant and figure,
+// exit 1; --repair recomputes them; api report fold folds.
+func TestReportVerifyCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newGCCLI(t)
+	c.orphans(2)
+	if code, out, errOut := c.run(ctx, "report", "fold"); code != 0 || !strings.HasPrefix(out, "folded ") {
+		t.Fatalf("fold: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := c.run(ctx, "report", "verify"); code != 0 || !strings.HasPrefix(out, "ok: the ownership figures of 1 tenants match") {
+		t.Fatalf("verify: exit %d, %q, %q", code, out, errOut)
+	}
+	if _, err := c.db.ExecContext(ctx, `
+		WITH t AS (UPDATE report_ownership_totals SET applications = applications + 3)
+		UPDATE RepositoryLockOwner SET unreferenced = false WHERE id = (SELECT min(id::text)::uuid FROM RepositoryLockOwner)`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := c.run(ctx, "report", "verify")
+	want := "TENANT_NAME  TENANT_ID                             FIGURE              REPORTED  ACTUAL  DRIFT\n" +
+		"alice        " + c.user + "  applications        3         0       +3\n" +
+		"alice        " + c.user + "  unreferenced_locks  1         2       -1\n" +
+		"alice        " + c.user + "  lock_flags_wrong    0         1       -1\n" +
+		"drift: 1 of 1 tenants\n"
+	if code != 1 || out != want || errOut != "api report: ownership figures drift for 1 of 1 tenants\n" {
+		t.Fatalf("verify with drift: exit %d, stdout\n%s\nwant\n%s\nstderr %q", code, out, want, errOut)
+	}
+	if code, out, _ := c.run(ctx, "report", "verify", "--format", "json"); code != 1 || !strings.Contains(out, `"ok":false`) || !strings.Contains(out, `"bad_flags":1`) {
+		t.Fatalf("verify --format json: exit %d, %s", code, out)
+	}
+	if code, _, errOut := c.run(ctx, "report", "verify", "--repair"); code != 1 || !strings.Contains(errOut, "1 lock flags corrected") {
+		t.Fatalf("verify --repair: exit %d, stderr %q", code, errOut)
+	}
+	if code, out, errOut := c.run(ctx, "report", "verify"); code != 0 {
+		t.Fatalf("verify after the repair: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, _ := c.run(ctx, "report", "ownership", "--repair"); code != 2 {
+		t.Fatalf("--repair on a report: exit %d, want 2", code)
+	}
+}
+
 // serve runs the scheduled collections: orphans are collected without any
 // request, and GC_INTERVAL=0 disables them.
 func TestServeRunsScheduledGC(t *testing.T) {

@@ -35,7 +35,7 @@ var commands = map[string]command{
 	// Domain commands, one line each; their code lives in <command>.go.
 	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
 	"clean":     {"run the repository Cleaner alone (data of deleted repository instances)", runClean},
-	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs | normalizer_versions | rekey_conflicts | transfers | reservations", runReport},
+	"report":    {"print a reporting view: ownership | locks | orphan_locks | denials | gc_runs | normalizer_versions | rekey_conflicts | transfers | reservations; verify (exit 1 on drift of the ownership figures) | fold", runReport},
 	"normalize": {"print the lock key of each repository URL", runNormalize},
 	"locks":     {"show ownership locks: owner URL... | list USER", runLocks},
 	"rekey":     {"re-key locks made under older normalization rules or another alias set", runRekey},

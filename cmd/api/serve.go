@@ -26,6 +26,7 @@ import (
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/rekey"
+	"github.com/repolock/repolock/internal/reports"
 	"github.com/repolock/repolock/internal/repostate"
 	"github.com/repolock/repolock/internal/syncstate"
 	"github.com/repolock/repolock/internal/tenants"
@@ -136,6 +137,9 @@ type serveConfig struct {
 	MetricsRefresh time.Duration
 	// GC is the scheduled collections; Interval 0 is off.
 	GC gcLoopConfig
+	// ReportsFold is how often the ownership report's deltas are folded
+	// into its totals (reports.Service.Fold); 0 is off (the GC still folds).
+	ReportsFold time.Duration
 	// Retention of lock events and GC runs, enforced by every collection
 	// (scheduled, API, console); a negative duration keeps rows forever.
 	Retention gc.Retention
@@ -180,6 +184,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		poolShare       = fs.Float64("tenant-pool-share", fs.envFloat("TENANT_POOL_SHARE", fairshare.DefaultShareFraction), "fraction of --db-max-open-conns one tenant's requests may hold at once (at least 1, always leaving 1 for the others); the admin token has its own; 0 is off [TENANT_POOL_SHARE]")
 		poolShareWait   = fs.Duration("tenant-pool-wait", fs.envDuration("TENANT_POOL_WAIT", fairshare.DefaultWait), "how long a request beyond its tenant's share waits for a slot before 429 with Retry-After; 0 answers 429 at once [TENANT_POOL_WAIT]")
 		aliasRefresh    = fs.Duration("alias-refresh", fs.envDuration("ALIAS_REFRESH", 30*time.Second), "how often the configured normalizer aliases are reloaded from the database; must be positive (cannot be off) [ALIAS_REFRESH]")
+		reportsFold     = fs.Duration("reports-fold-interval", fs.envDuration("REPORTS_FOLD_INTERVAL", 5*time.Second), "how often the ownership report's per-statement deltas are folded into its per-tenant totals (keeps report_ownership O(tenants); the figures are exact either way; every replica folds, safely); 0 is off (only GC runs fold) [REPORTS_FOLD_INTERVAL]")
 		metricsRefresh  = fs.Duration("metrics-refresh", fs.envDuration("METRICS_REFRESH", 30*time.Second), "how often the metrics read from the database (repolock_gc_fleet_last_success_timestamp_seconds) are refreshed; must be positive [METRICS_REFRESH]")
 		debugListen     = fs.String("debug-listen", fs.envOr("DEBUG_LISTEN_ADDR", ""), "address of a separate listener for Go's profiler (/debug/pprof/); empty (the default) is off; bind it to loopback [DEBUG_LISTEN_ADDR]")
 		eventsHeartbeat = fs.Duration("events-heartbeat", fs.envDuration("EVENTS_HEARTBEAT", httpapi.DefaultEventsHeartbeat), "how often an idle event stream (GET /v1/events) gets a heartbeat; must be positive [EVENTS_HEARTBEAT]")
@@ -216,6 +221,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		RateBurst:           *rateBurst,
 		AliasRefresh:        *aliasRefresh,
 		MetricsRefresh:      *metricsRefresh,
+		ReportsFold:         *reportsFold,
 		PreparedStatements:  common.db.prepared,
 		RateRowsPerRequest:  *rateRows,
 		FleetHeartbeat:      *fleetHeartbeat,
@@ -264,6 +270,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if cfg.GC, err = gcLoop.config(); err != nil {
 		return serveConfig{}, err
+	}
+	if cfg.ReportsFold < 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--reports-fold-interval must not be negative")}
 	}
 	if cfg.AliasRefresh <= 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--alias-refresh must be positive")}
@@ -561,6 +570,9 @@ func (s *server) run(ctx context.Context) error {
 		})
 	}()
 	defer func() { stopAliases(); <-cleanupDone }()
+	foldDone := make(chan struct{})
+	go func() { defer close(foldDone); foldOwnership(aliasCtx, reports.New(s.db), s.cfg.ReportsFold, s.logger) }()
+	defer func() { stopAliases(); <-foldDone }()
 	s.watch.Start(aliasCtx) // reads fail (and are retried) until startup is done
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); s.gcWatch.run(aliasCtx, s.cfg.MetricsRefresh) }()

@@ -71,13 +71,12 @@ type tenantRow struct {
 	ActiveTokens int64     `db:"active_tokens"`
 }
 
+// The figures come from report_ownership (maintained per tenant, migration
+// 000023): a page costs its tenants, not their locks.
 const tenantRowSelect = `
-	SELECT u.id, u.name, u.display_name, u.created_at,
-		(SELECT count(*) FROM RepositoryLockOwner o WHERE o.cluster_user_id = u.id) AS locks,
-		(SELECT count(*) FROM applications a WHERE a.cluster_user_id = u.id) AS applications,
-		(SELECT count(*) FROM repository_credentials c WHERE c.cluster_user_id = u.id) AS credentials,
+	SELECT u.id, u.name, u.display_name, u.created_at, r.locks, r.applications, r.credentials,
 		(SELECT count(*) FROM api_tokens t WHERE t.cluster_user_id = u.id AND t.revoked_at IS NULL) AS active_tokens
-	FROM cluster_users u`
+	FROM cluster_users u JOIN report_ownership r ON r.tenant_id = u.id`
 
 // listTenants returns a page of tenants by name after the name after
 // (cluster_users_name_key), and the after of the next page ("" after the
@@ -132,9 +131,9 @@ func (d *data) counts(ctx context.Context) (counts, error) {
 	var c counts
 	err := d.reportsDB.GetContext(ctx, &c, `SELECT
 		(SELECT count(*) FROM cluster_users) AS tenants,
-		(SELECT count(*) FROM RepositoryLockOwner) AS locks,
-		(SELECT count(*) FROM applications) AS applications,
-		(SELECT count(*) FROM repository_credentials) AS credentials,
+		(SELECT coalesce(sum(locks), 0) FROM report_ownership) AS locks,
+		(SELECT coalesce(sum(applications), 0) FROM report_ownership) AS applications,
+		(SELECT coalesce(sum(credentials), 0) FROM report_ownership) AS credentials,
 		(SELECT count(*) FROM sync_repositories) AS repositories,
 		(SELECT count(*) FROM sync_hosts) AS sync_hosts`)
 	return c, database.MapError(err)

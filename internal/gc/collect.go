@@ -182,7 +182,7 @@ func (c *Collector) collectPass(ctx context.Context, query string, full bool, op
 			}
 			return nil
 		})
-		if err != nil && database.PQCode(err) == database.CodeForeignKeyViolation && len(b.Doomed) > 0 {
+		if err != nil && referenceAppeared(err) && len(b.Doomed) > 0 {
 			// A reference the re-check could not see: keep the batch's
 			// referenced locks, collect the rest one by one (flags are left
 			// for the next run).
@@ -212,6 +212,16 @@ func (c *Collector) collectPass(ctx context.Context, query string, full bool, op
 	}
 }
 
+// referenceAppeared reports whether a delete of locks failed because a
+// reference to one of them appeared meanwhile: the foreign key refused it
+// (23503), or the reference was inserted by a trigger of the delete itself
+// and the ownership figures' reference trigger (migration 000023) then
+// updated the lock being deleted (27000, triggered_data_change_violation).
+func referenceAppeared(err error) bool {
+	code := database.PQCode(err)
+	return code == database.CodeForeignKeyViolation || code == "27000"
+}
+
 // collectOneByOne collects each lock of a failed batch in its own
 // transaction; a lock whose deletion still violates a foreign key is kept.
 func (c *Collector) collectOneByOne(ctx context.Context, ids []string, log *slog.Logger) (int64, error) {
@@ -234,7 +244,7 @@ func (c *Collector) collectOneByOne(ctx context.Context, ids []string, log *slog
 			deleted = n
 			return nil
 		})
-		if database.PQCode(err) == database.CodeForeignKeyViolation {
+		if referenceAppeared(err) {
 			log.Warn("gc: kept a lock whose deletion violates a foreign key", "lock_id", id, "error", err.Error())
 			continue
 		}

@@ -521,6 +521,13 @@ func (c *Collector) steps(ctx context.Context, kind Kind, opts Options, r *Run, 
 			if err := c.enforceRetention(ctx, opts.BatchSize, log); err != nil {
 				return fmt.Errorf("retention: %w", err)
 			}
+			// The ownership report's deltas, into its totals (migration
+			// 000023; api serve also folds every REPORTS_FOLD_INTERVAL).
+			var folded int64
+			if err := c.db.GetContext(ctx, &folded, foldOwnershipSQL); err != nil {
+				return fmt.Errorf("ownership figures: %w", err)
+			}
+			log.Debug("gc: folded the ownership figures", "deltas", folded)
 		}
 	}
 	if c.cleaner == nil || opts.DryRun {
@@ -534,6 +541,10 @@ func (c *Collector) steps(ctx context.Context, kind Kind, opts Options, r *Run, 
 	c.metrics.observeCleaner(res)
 	return nil
 }
+
+// foldOwnershipSQL moves the ownership report's deltas into its per-tenant
+// totals (concurrently safe; internal/reports.Service.Fold runs the same).
+const foldOwnershipSQL = `SELECT repolock_ownership_fold()`
 
 // runErr replaces the error of a run that was cancelled because its lease
 // was lost with that reason.

@@ -223,7 +223,7 @@ func TestRequestDeadlineFreesConnection(t *testing.T) {
 		{name: "sync repos listing", table: "sync_repositories", method: http.MethodGet, path: "/v1/sync/repos"},
 		{name: "KV commit", table: "kv", method: http.MethodPost, path: "/v1/repositories/lake/branches/main/commits",
 			body: func(*apiEnv, string) any { return map[string]any{"message": "m", "committer": "c"} }},
-		{name: "report", table: "RepositoryLockOwner", method: http.MethodGet, path: "/v1/admin/reports/ownership", admin: true},
+		{name: "report", table: "report_ownership_totals", method: http.MethodGet, path: "/v1/admin/reports/ownership", admin: true}, // its figures (migration 000023), not the locks
 		{name: "GC run", table: "RepositoryLockOwner", method: http.MethodPost, path: "/v1/admin/gc?min_age=0s", admin: true},
 		{name: "re-key run", table: "RepositoryLockOwner", method: http.MethodPost, path: "/v1/admin/rekey", admin: true},
 	}

@@ -89,6 +89,35 @@ func TestReportsAPI(t *testing.T) {
 	}
 }
 
+// GET /v1/admin/reports/ownership/verify: ok without drift; with a corrupted
+// total, ok false and the tenant's reported and actual figures.
+func TestVerifyOwnershipAPI(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t)
+	aliceID, alice := e.newTenant("alice")
+	e.orphan(aliceID, "git.example.com/a/orphan")
+	status, body := e.call(http.MethodGet, "/v1/admin/reports/ownership/verify", adminToken, nil)
+	if status != http.StatusOK || body["ok"] != true || body["tenants"] != float64(1) || len(body["drift"].([]any)) != 0 {
+		t.Fatalf("verify: %d %v", status, body)
+	}
+	e.exec(`SELECT repolock_ownership_fold()`)
+	e.exec(`UPDATE report_ownership_totals SET credentials = credentials + 2 WHERE cluster_user_id = $1`, aliceID)
+	status, body = e.call(http.MethodGet, "/v1/admin/reports/ownership/verify", adminToken, nil)
+	drift, _ := body["drift"].([]any)
+	if status != http.StatusOK || body["ok"] != false || len(drift) != 1 {
+		t.Fatalf("verify with drift: %d %v", status, body)
+	}
+	d := drift[0].(map[string]any)
+	want := map[string]any{"tenant_id": aliceID, "tenant_name": "alice", "bad_flags": float64(0),
+		"reported": map[string]any{"locks": float64(1), "applications": float64(0), "credentials": float64(2), "unreferenced_locks": float64(1)},
+		"actual":   map[string]any{"locks": float64(1), "applications": float64(0), "credentials": float64(0), "unreferenced_locks": float64(1)}}
+	if !reflect.DeepEqual(d, want) {
+		t.Fatalf("drift %v, want %v", d, want)
+	}
+	status, body = e.call(http.MethodGet, "/v1/admin/reports/ownership/verify", alice, nil)
+	expectError(t, "verify as a tenant", status, body, 403, "forbidden", "admin routes need the admin token")
+}
+
 // A report that fails after its first rows were sent (here: its database
 // session is terminated mid-stream) is aborted, never a short body with
 // 200: CSV has no end marker, so a client could not tell.

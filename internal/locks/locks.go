@@ -143,8 +143,9 @@ func validateTenantID(id string) error {
 // It is for the statements that create a lock together with the row that
 // references it (internal/apps): they start with "WITH input AS (...), " +
 // NewLocksCTE and join lock, which has no row for a key not created. The
-// locks are inserted with gc_candidate false: they are referenced by the
-// time the statement ends (a statement that did not write the reference
+// locks are inserted with gc_candidate and unreferenced false (migration
+// 000023 keeps unreferenced exact; its insert trigger corrects a lock left
+// without a reference): they are referenced by the time the statement ends (a statement that did not write the reference
 // would leave garbage the GC never scans; use the bare acquire's
 // bareLocksCTE for a lock without a reference). They are inserted in key
 // order, so that two such statements running at once wait for each other's
@@ -156,14 +157,14 @@ const NewLocksCTE = NewLockRowsCTE + `, ` + lockEventCTE
 // locks with NewLocksEventCTE, after the CTE that writes the rows
 // referencing them, so that each lock's event names its row
 // (internal/apps' creates).
-const NewLockRowsCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `false` + insertLocksTail + `)`
+const NewLockRowsCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `false, false` + insertLocksTail + `)`
 
 // bareLocksCTE is NewLocksCTE for locks that nothing references yet (the
 // bare acquire, and every other Acquire that creates a lock before its
 // caller writes the reference): gc_candidate true, so the GC's candidate
 // scan finds it if the reference never comes. The caller that does write
 // one leaves a referenced candidate, whose flag the next GC run clears.
-const bareLocksCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `true` + insertLocksTail + `), ` + lockEventCTE
+const bareLocksCTE = rulesGuardCTE + `, lock AS (` + insertLocksHead + `true, true` + insertLocksTail + `), ` + lockEventCTE
 
 // rulesGuardCTE checks the rules generation of input once per statement:
 // the lowest and the highest of its rows (a batch may mix claims keyed
@@ -174,7 +175,7 @@ const rulesGuardCTE = `rules_guard AS (
 
 const (
 	insertLocksHead = `
-	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate)
+	INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, normalizer_rules, cluster_user_id, gc_candidate, unreferenced)
 	SELECT input.key, split_part(input.rules, ':', 1)::integer, split_part(input.rules, ':', 2), input.tenant, `
 	insertLocksTail = `
 	FROM input CROSS JOIN rules_guard
