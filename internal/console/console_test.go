@@ -1059,3 +1059,19 @@ func TestTransferForm(t *testing.T) {
 		}
 	}
 }
+
+// TestHomeRedirectsToConsole: / is the console's door (issue 30: it was a
+// JSON 404), for GET and HEAD; the redirect is not permanent.
+func TestHomeRedirectsToConsole(t *testing.T) {
+	e := newEnv(t)
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, _ := http.NewRequest(method, e.srv.URL+"/", nil)
+		r := e.browser().do(req)
+		wantStatus(t, r, http.StatusFound)
+		if got := r.Header.Get("Location"); got != "/ui/" {
+			t.Errorf("%s /: Location %q, want /ui/", method, got)
+		}
+	}
+	// Only / itself: other unknown paths stay 404.
+	wantStatus(t, e.browser().get("/nothing-here"), http.StatusNotFound)
+}
