@@ -12,24 +12,42 @@ import (
 )
 
 func runReport(ctx context.Context, e *env, args []string) error {
+	// One aligned list: the widest name sets the column, descriptions
+	// wrap under themselves.
 	var list strings.Builder
+	width := 0
 	for _, r := range reports.All() {
-		fmt.Fprintf(&list, "  %-13s %s\n", r.Name, r.Description)
+		width = max(width, len(r.Name))
+	}
+	for _, r := range reports.All() {
+		line := fmt.Sprintf("  %-*s  ", width, r.Name)
+		indent := len(line)
+		for i, word := range strings.Fields(r.Description) {
+			if i > 0 && len(line)+1+len(word) > helpWidth {
+				list.WriteString(line + "\n")
+				line = strings.Repeat(" ", indent) + word
+				continue
+			}
+			if i > 0 {
+				line += " "
+			}
+			line += word
+		}
+		list.WriteString(line + "\n")
 	}
 	fs := newFlagSet(e, "report", "NAME",
 		"Prints one of the SQL reporting views (documented in docs/reporting.md):\n"+list.String())
 	var common commonFlags
 	format := fs.String("format", "table", "table, csv or json")
 	limit := fs.Int("limit", 0, "print at most this many rows (0: all)")
-	common.register(fs)
+	common.register(fs, usesPool|usesReportsURL)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+	if err := wantArgs(fs, "report", pos, "NAME"); err != nil {
+		return err
 	}
 	f, err := reports.ParseFormat(*format, reports.FormatTable, reports.FormatCSV, reports.FormatJSON)
 	if err != nil {
