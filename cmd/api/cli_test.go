@@ -48,7 +48,7 @@ func TestStrictEnvironment(t *testing.T) {
 		{[]string{"gc"}, "EVENT_RETENTION", "90s", `event retention must be at least 24h (or negative to keep rows forever), got 1m30s`},
 		{[]string{"gc"}, "GC_RUNS_KEPT", "many", `invalid GC_RUNS_KEPT="many": want a whole number`},
 		{[]string{"gc"}, "LOG_LEVEL", "verbose", `invalid --log-level / LOG_LEVEL "verbose": want debug, info, warn or error`},
-		{[]string{"migrate", "up"}, "LOG_FORMAT", "xml", `invalid --log-format / LOG_FORMAT "xml": want json or text`},
+		{[]string{"migrate", "up"}, "LOG_FORMAT", "xml", `invalid --log-format / LOG_FORMAT "xml": want text, json or auto`},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			code, stdout, stderr := cli(t, map[string]string{tc.key: tc.val}, tc.args...)

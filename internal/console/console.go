@@ -186,6 +186,7 @@ func (c *Console) routes() {
 	c.handleFunc("GET /ui/reservations", c.auth(c.reservationsPage))
 	c.handleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
 	c.handleFunc("POST /ui/tenants", c.auth(c.createTenant))
+	c.handleFunc("GET /ui/tenants/{name}/revoke", c.auth(c.confirmRevoke))
 	c.handleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
 	c.handleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
 	c.handleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))
