@@ -75,9 +75,21 @@ test-ui: ## browser tests of the console (/ui/): installs Debian's chromium if i
 	@set -e; url=$$($(PG_ENSURE)); chromium=$$(scripts/ensure-chromium.sh); \
 	if [ -z "$$chromium" ]; then echo "test-ui: SKIPPED: no Chromium available (see the message above)"; exit 0; fi; \
 	mkdir -p $${ARTIFACTS:-.artifacts}/ui; \
-	CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
-		$(GO) test -race -count=1 -timeout 10m -v -run '^TestConsoleInBrowser$$' ./tests/; \
+	cd tests/ui && CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
+		$(GO) test -race -count=1 -timeout 10m -v -run '^TestConsoleInBrowser$$' ./...; \
 	echo "test-ui: screenshots in $${ARTIFACTS:-.artifacts}/ui/"
+
+# The screenshots docs/console.md shows, taken by the browser test from the
+# running binary: they cannot go stale.
+SCREENSHOTS := overview overview-390 ownership denials gc sync-host tenant-delete tenant-revoke
+
+.PHONY: screenshots
+screenshots: ## regenerate docs/console/*.png from the running binary (the test-ui harness; needs Chromium, like test-ui)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	ARTIFACTS="$$tmp" $(MAKE) --no-print-directory test-ui; \
+	[ -s "$$tmp/ui/overview.png" ] || { echo "screenshots: the browser test took none (no Chromium?); docs/console/ unchanged" >&2; exit 1; }; \
+	for n in $(SCREENSHOTS); do cp "$$tmp/ui/$$n.png" docs/console/$$n.png; done; \
+	echo "screenshots: docs/console/{$$(echo $(SCREENSHOTS) | tr ' ' ,)}.png"
 
 .PHONY: test-ha
 test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_basebackup), crash and promote under load
