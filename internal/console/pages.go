@@ -135,8 +135,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		Counts:      cnt,
 		LastRun:     last,
 		LaterDryRun: laterDry,
-		Denials: hourChart("Denials per hour, last 24 hours", hourNow, 24, []string{locks.EventDenied}, den),
-		Events:  hourChart("Lock events per hour, last 7 days", hourNow, 168, kinds, ev),
+		Denials:     hourChart("Denials per hour, last 24 hours", hourNow, 24, []string{locks.EventDenied}, den),
+		Events:      hourChart("Lock events per hour, last 7 days", hourNow, 168, kinds, ev),
 	}})
 }
 
