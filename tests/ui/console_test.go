@@ -124,7 +124,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("sync events: %d %v", st, out)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a loaded machine: make test-ui gives 10m
 	defer cancel()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(chromium),
