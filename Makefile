@@ -35,10 +35,10 @@ build: ## build bin/api
 
 .PHONY: run
 run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080 (LISTEN_ADDR= for another)
-	@set -e; \
-	if ! scripts/port-free.sh "$(LISTEN_ADDR)"; then \
-		port=$${LISTEN_ADDR##*:}; \
-		echo "make run: $(LISTEN_ADDR) is busy (port $$port is in use by another process)." >&2; \
+	@set -e; addr='$(LISTEN_ADDR)'; \
+	if ! scripts/port-free.sh "$$addr"; then \
+		port=$${addr##*:}; \
+		echo "make run: $$addr is busy (port $$port is in use by another process)." >&2; \
 		echo "Pick another port:  LISTEN_ADDR=127.0.0.1:PORT make run   (for example LISTEN_ADDR=127.0.0.1:8081 make run)" >&2; \
 		exit 1; \
 	fi; \
@@ -48,11 +48,19 @@ run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080
 		[ -s .data/admin-token ] || (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/rla_/' > .data/admin-token); \
 		ADMIN_TOKEN=$$(cat .data/admin-token); \
 	fi; \
+	base="http://$$addr"; case "$$addr" in :*|0.0.0.0:*) base="http://127.0.0.1:$${addr##*:}";; esac; \
 	echo ""; \
 	echo "Admin token (development; kept in .data/admin-token): $$ADMIN_TOKEN"; \
-	echo "Try:  curl -s -H 'Authorization: Bearer $$ADMIN_TOKEN' -H 'Content-Type: application/json' -d '{\"name\":\"alice\"}' http://$(LISTEN_ADDR)/v1/admin/users"; \
 	echo ""; \
-	DATABASE_URL="$$url" ADMIN_TOKEN="$$ADMIN_TOKEN" LISTEN_ADDR="$(LISTEN_ADDR)" LOG_FORMAT=$${LOG_FORMAT:-text} exec ./$(BIN) serve
+	echo "  Console      $$base/ui/   (sign in with the admin token)"; \
+	echo "  API          $$base/v1/   (docs/api.md)"; \
+	echo "  OpenAPI      $$base/openapi.yaml"; \
+	echo "  Metrics      $$base/metrics"; \
+	echo ""; \
+	echo "Try:  curl -s -H 'Authorization: Bearer $$ADMIN_TOKEN' -H 'Content-Type: application/json' -d '{\"name\":\"alice\"}' $$base/v1/admin/users"; \
+	echo "Logs follow; Ctrl-C stops the server."; \
+	echo ""; \
+	DATABASE_URL="$$url" ADMIN_TOKEN="$$ADMIN_TOKEN" LISTEN_ADDR="$(LISTEN_ADDR)" exec ./$(BIN) serve
 
 .PHONY: test
 test: ## start Postgres (and install git) if needed, go vet, go test -race on every package, then test-deploy
@@ -67,9 +75,21 @@ test-ui: ## browser tests of the console (/ui/): installs Debian's chromium if i
 	@set -e; url=$$($(PG_ENSURE)); chromium=$$(scripts/ensure-chromium.sh); \
 	if [ -z "$$chromium" ]; then echo "test-ui: SKIPPED: no Chromium available (see the message above)"; exit 0; fi; \
 	mkdir -p $${ARTIFACTS:-.artifacts}/ui; \
-	CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
-		$(GO) test -race -count=1 -timeout 10m -v -run '^TestConsoleInBrowser(Disputes)?$$' ./tests/; \
+	cd tests/ui && CHROMIUM="$$chromium" REPOLOCK_UI_TEST=1 TEST_DATABASE_URL="$$url" DATABASE_URL="$$url" \
+		$(GO) test -race -count=1 -timeout 10m -v -run '^TestConsoleInBrowser(Disputes)?$$' ./...; \
 	echo "test-ui: screenshots in $${ARTIFACTS:-.artifacts}/ui/"
+
+# The screenshots docs/console.md shows, taken by the browser test from the
+# running binary: they cannot go stale.
+SCREENSHOTS := overview overview-390 ownership denials gc sync-host tenant-delete tenant-revoke
+
+.PHONY: screenshots
+screenshots: ## regenerate docs/console/*.png from the running binary (the test-ui harness; needs Chromium, like test-ui)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	ARTIFACTS="$$tmp" $(MAKE) --no-print-directory test-ui; \
+	[ -s "$$tmp/ui/overview.png" ] || { echo "screenshots: the browser test took none (no Chromium?); docs/console/ unchanged" >&2; exit 1; }; \
+	for n in $(SCREENSHOTS); do cp "$$tmp/ui/$$n.png" docs/console/$$n.png; done; \
+	echo "screenshots: docs/console/{$$(echo $(SCREENSHOTS) | tr ' ' ,)}.png"
 
 .PHONY: test-ha
 test-ha: ## failover end-to-end test: primary + synchronous standby (initdb/pg_basebackup), crash and promote under load

@@ -82,6 +82,16 @@ func tenantID(t *testing.T, s *server, name string) string {
 	return ""
 }
 
+// decisionSeries are the decision counters of issue 30, each present at 0
+// from start-up.
+var decisionSeries = []string{
+	`repolock_claims_total{result="acquired"}`, `repolock_claims_total{result="already_owned"}`,
+	`repolock_claims_total{result="denied"}`, `repolock_claims_total{result="invalid"}`,
+	`repolock_claims_denied_total{reason="claimed"}`, `repolock_claims_denied_total{reason="reserved"}`,
+	`repolock_locks_released_total{cause="unreferenced"}`, `repolock_locks_released_total{cause="tenant_deleted"}`,
+	`repolock_locks_collected_total`, `repolock_rate_limited_total`,
+}
+
 // TestAlertingMetricsExist: every metric an alert rule or a dashboard panel
 // uses is on /metrics of the running binary after a little traffic (claims,
 // a denial, a rate-limit refusal, a GC run by `api gc` as the Kubernetes
@@ -92,8 +102,16 @@ func TestAlertingMetricsExist(t *testing.T) {
 	// No collection recorded yet: the fleet's GC gauge is absent, not 0
 	// (0 would read as "last success in 1970").
 	time.Sleep(300 * time.Millisecond) // a few METRICS_REFRESH
-	if _, names := scrape(t, s); names["repolock_gc_fleet_last_success_timestamp_seconds"] {
+	start, names := scrape(t, s)
+	if names["repolock_gc_fleet_last_success_timestamp_seconds"] {
 		t.Fatal("repolock_gc_fleet_last_success_timestamp_seconds is exported before any collection")
+	}
+	// The decision counters are there at 0 before the first decision, so
+	// that increase() and ratios see their first event.
+	for _, series := range decisionSeries {
+		if v, ok := start[series]; !ok || v != 0 {
+			t.Errorf("at start-up %s = %v (present %v), want 0", series, v, ok)
+		}
 	}
 	alice, bob := s.createTenant(t, "alice"), s.createTenant(t, "bob")
 	if status, resp := s.do(t, http.MethodPost, "/v1/locks/acquire", alice, map[string]any{"repo_url": "https://github.com/acme/alerting"}); status != http.StatusOK && status != http.StatusCreated {
@@ -131,6 +149,17 @@ func TestAlertingMetricsExist(t *testing.T) {
 	}
 
 	series, _ := scrape(t, s)
+	for k, want := range map[string]float64{
+		`repolock_claims_total{result="acquired"}`: 1, `repolock_claims_total{result="denied"}`: 1,
+		`repolock_claims_denied_total{reason="claimed"}`: 1, `repolock_claims_total{result="already_owned"}`: 0,
+	} {
+		if v := series[k]; v != want {
+			t.Errorf("%s = %v, want %v", k, v, want)
+		}
+	}
+	if v := series[`repolock_rate_limited_total`]; v < 1 {
+		t.Errorf("repolock_rate_limited_total = %v after a refusal", v)
+	}
 	if v := series[`repolock_ready`]; v != 1 {
 		t.Errorf("repolock_ready %v, want 1", v)
 	}
@@ -170,6 +199,9 @@ func TestRateLimitMetricsPerTenant(t *testing.T) {
 	series, _ := scrape(t, s)
 	if got := series[fmt.Sprintf(`repolock_rate_limit_rejected_requests_total{tenant=%q}`, aliceID)]; got != float64(rejected) {
 		t.Errorf("alice rejected %v, want %d (the 429s she got)", got, rejected)
+	}
+	if got := series[`repolock_rate_limited_total`]; got != float64(rejected) {
+		t.Errorf("repolock_rate_limited_total %v, want %d (the 429s alice got)", got, rejected)
 	}
 	if got := series[fmt.Sprintf(`repolock_rate_limit_checked_requests_total{tenant=%q}`, aliceID)]; got != float64(n-first) {
 		t.Errorf("alice checked %v, want %d (from her first refusal, request %d, on)", got, n-first, first)

@@ -13,7 +13,7 @@ import (
 func runClean(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "clean", "",
 		"Runs the repository Cleaner alone (the data of deleted repository instances), under the same\n"+
-			"lease as api gc and recorded in gc_runs with kind \"clean\". Prints the run as JSON; exits 0\n"+
+			"lease as repolock gc and recorded in gc_runs with kind \"clean\". Prints the run as JSON; exits 0\n"+
 			"when it succeeded or was skipped because another run holds the lease, 1 when it failed.")
 	var (
 		common  commonFlags
@@ -21,7 +21,7 @@ func runClean(ctx context.Context, e *env, args []string) error {
 		timeout = fs.Duration("timeout", fs.envDuration("GC_TIMEOUT", 10*time.Minute), "give up after this long [GC_TIMEOUT]")
 	)
 	metrics.register(fs)
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestStrictEnvironment(t *testing.T) {
 		{[]string{"gc"}, "EVENT_RETENTION", "90s", `event retention must be at least 24h (or negative to keep rows forever), got 1m30s`},
 		{[]string{"gc"}, "GC_RUNS_KEPT", "many", `invalid GC_RUNS_KEPT="many": want a whole number`},
 		{[]string{"gc"}, "LOG_LEVEL", "verbose", `invalid --log-level / LOG_LEVEL "verbose": want debug, info, warn or error`},
-		{[]string{"migrate", "up"}, "LOG_FORMAT", "xml", `invalid --log-format / LOG_FORMAT "xml": want json or text`},
+		{[]string{"migrate", "up"}, "LOG_FORMAT", "xml", `invalid --log-format / LOG_FORMAT "xml": want text, json or auto`},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			code, stdout, stderr := cli(t, map[string]string{tc.key: tc.val}, tc.args...)
@@ -69,34 +70,45 @@ func TestCLIBehaviour(t *testing.T) {
 		stderr     string // substring ("" = must be empty)
 		stdoutNone bool
 	}{
-		{[]string{"--help"}, 0, "Usage: api COMMAND", "", false},
-		{[]string{"help"}, 0, "Usage: api COMMAND", "", false},
-		{[]string{"migrate", "--help"}, 0, "Usage: api migrate [flags] up | down", "", false},
-		{[]string{"serve", "-h"}, 0, "-rate-limit", "", false},
-		{[]string{"user", "create", "--help"}, 0, "Usage: api user", "", false},
+		{[]string{"--help"}, 0, "Usage: repolock COMMAND", "", false},
+		{[]string{"help"}, 0, "Usage: repolock COMMAND", "", false},
+		{[]string{"migrate", "--help"}, 0, "Usage: repolock migrate [flags] up | down", "", false},
+		{[]string{"serve", "-h"}, 0, "--rate-limit", "", false},
+		{[]string{"user", "create", "--help"}, 0, "Usage: repolock user", "", false},
 		{[]string{"--version"}, 0, "revision ", "", false},
 		{[]string{"version"}, 0, "built with go", "", false},
-		{[]string{}, 2, "", "Usage: api COMMAND", true},
-		{[]string{"frobnicate"}, 2, "", "api: unknown command frobnicate", true},
-		{[]string{"migrate", "sideways"}, 2, "", "api migrate: unknown command migrate sideways", true},
-		{[]string{"user", "rename", "x"}, 2, "", "api user: unknown command user rename", true},
-		{[]string{"locks", "steal", "x"}, 2, "", "api locks: unknown command locks steal", true},
-		{[]string{"migrate", "down", "abc"}, 2, "", `api migrate: down takes a positive number of migrations to roll back (api migrate down 2), got "abc"`, true},
+		{[]string{}, 2, "", "Usage: repolock COMMAND", true},
+		{[]string{"frobnicate"}, 2, "", "repolock: unknown command \"frobnicate\"\nRun 'repolock --help' for the commands.\n", true},
+		{[]string{"migrate", "sideways"}, 2, "", "repolock migrate: unknown command migrate sideways", true},
+		{[]string{"user", "rename", "x"}, 2, "", "repolock user: unknown command user rename", true},
+		{[]string{"locks", "steal", "x"}, 2, "", "repolock locks: unknown command locks steal", true},
+		{[]string{"migrate", "down", "abc"}, 2, "", `repolock migrate: down takes a positive number of migrations to roll back (repolock migrate down 2), got "abc"`, true},
 		{[]string{"migrate", "down", "0"}, 2, "", `got "0"`, true},
-		{[]string{"migrate", "force"}, 2, "", "force takes the version to record", true},
+		{[]string{"migrate", "force"}, 2, "", "repolock migrate: missing N (repolock migrate force N)\nRun 'repolock migrate --help' for usage.\n", true},
 		{[]string{"migrate", "force", "x"}, 2, "", `force takes a migration version, a whole number >= 0, got "x"`, true},
 		{[]string{"migrate", "force", "999"}, 2, "", "force 999: this binary's migrations end at version", true},
-		{[]string{"version", "extra"}, 2, "", "Usage: api version", true},
-		{[]string{"console", "--help"}, 0, "Usage: api console", "", false},
-		{[]string{"console"}, 2, "", "Usage: api console", true},
-		{[]string{"console", "users"}, 2, "", "api console: unknown command console users", true},
-		{[]string{"console", "sessions", "extend"}, 2, "", "api console: unknown command console sessions extend", true},
-		{[]string{"console", "sessions"}, 2, "", "Usage: api console", true},
+		{[]string{"version", "extra"}, 2, "", `repolock version: unexpected argument "extra": repolock version takes no arguments`, true},
+		{[]string{"console", "--help"}, 0, "Usage: repolock console", "", false},
+		{[]string{"console"}, 2, "", "repolock console: missing what to do (repolock console sessions revoke)", true},
+		{[]string{"console", "users"}, 2, "", "repolock console: unknown command console users", true},
+		{[]string{"console", "sessions", "extend"}, 2, "", "repolock console: unknown command console sessions extend", true},
+		{[]string{"console", "sessions"}, 2, "", "repolock console: missing the action on sessions", true},
+		// A missing argument: one line naming it, one line of hint, never
+		// the whole usage.
+		{[]string{"normalize"}, 2, "", "repolock normalize: missing URL (repolock normalize URL...)\nRun 'repolock normalize --help' for usage.\n", true},
+		{[]string{"report"}, 2, "", "repolock report: missing NAME (repolock report NAME)\n", true},
+		{[]string{"user", "token"}, 2, "", "repolock user: missing NAME (repolock user token NAME)\n", true},
+		{[]string{"user"}, 2, "", "repolock user: missing what to do: create NAME, list, token NAME, revoke NAME or delete NAME\n", true},
+		{[]string{"user", "list", "x"}, 2, "", `repolock user: unexpected argument "x" (repolock user list)`, true},
+		{[]string{"locks", "transfer", "id"}, 2, "", "repolock locks: missing USER (repolock locks transfer LOCK_ID|URL USER)\n", true},
+		{[]string{"alias", "add", "a"}, 2, "", "repolock alias: missing TO (repolock alias add FROM TO)\n", true},
+		{[]string{"reservation", "remove"}, 2, "", "repolock reservation: missing ID (repolock reservation remove ID)\n", true},
+		{[]string{"migrate"}, 2, "", "repolock migrate: missing what to do: up, down [N|--all], version or force N\n", true},
 	} {
 		code, stdout, stderr := cli(t, nil, tc.args...)
 		if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) ||
 			(tc.stdoutNone && stdout != "") || (tc.stderr == "" && stderr != "") {
-			t.Errorf("api %s: exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout ~%q, stderr ~%q", strings.Join(tc.args, " "), code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
+			t.Errorf("repolock %s: exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout ~%q, stderr ~%q", strings.Join(tc.args, " "), code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
 		}
 	}
 }
@@ -113,7 +125,7 @@ func TestMigrateMessages(t *testing.T) {
 		t.Fatalf("down at version 0: exit %d %q", code, stderr)
 	}
 	code, _, stderr = cli(t, envv, "user", "list")
-	if code != 1 || !strings.Contains(stderr, "run `api migrate up` first") || strings.Contains(stderr, "does not exist") {
+	if code != 1 || !strings.Contains(stderr, "run `repolock migrate up` first") || strings.Contains(stderr, "does not exist") {
 		t.Fatalf("user list on an unmigrated database: exit %d %q", code, stderr)
 	}
 	code, stdout, stderr := cli(t, envv, "migrate", "up")
@@ -140,7 +152,7 @@ func TestMigrateMessages(t *testing.T) {
 	v := st.Version
 	want := "migration " + itoa(v) + " failed half-way"
 	code, _, stderr = cli(t, envv, "migrate", "up")
-	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "`api migrate force "+itoa(v)+"`") {
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "`repolock migrate force "+itoa(v)+"`") {
 		t.Fatalf("up on a dirty database: exit %d %q", code, stderr)
 	}
 	code, _, stderr = cli(t, envv, "migrate", "version")
@@ -161,7 +173,7 @@ func TestMigrateMessages(t *testing.T) {
 		t.Fatalf("create: %d %q", code, stderr)
 	}
 	code, _, stderr = cli(t, envv, "user", "create", "alice")
-	if code != 1 || stderr != "api user: a user named \"alice\" already exists\n" {
+	if code != 1 || stderr != "repolock user: a user named \"alice\" already exists\n" {
 		t.Fatalf("second create: exit %d %q", code, stderr)
 	}
 	code, _, stderr = cli(t, envv, "user", "token", "nobody")
@@ -181,4 +193,112 @@ func openURL(t *testing.T, url string) *database.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// TestHelpListsOwnFlags: each command's --help lists the flags it has and
+// no other: the migration URL where it migrates or listens, the reports URL
+// where it reads reports, the prepared-statements flag where it works
+// through DATABASE_URL (a pooler); no empty "Flags" heading; every
+// description starts in one column; the usage never says "[flags]" for a
+// command without any, and names the binary repolock.
+func TestHelpListsOwnFlags(t *testing.T) {
+	t.Parallel()
+	has := map[string]map[string]bool{
+		"migrate-database-url":   {"migrate": true, "serve": true, "events": true},
+		"reports-database-url":   {"report": true, "serve": true},
+		"db-prepared-statements": {"serve": true, "gc": true, "clean": true, "user": true, "locks": true, "normalize": true, "rekey": true, "alias": true, "report": true, "reservation": true, "console": true, "events": true},
+	}
+	for name := range commands {
+		args := []string{name, "--help"}
+		if name == "lease" {
+			args = []string{"lease", "run", "--help"}
+		}
+		code, out, errOut := cli(t, nil, args...)
+		if code != 0 || errOut != "" {
+			t.Errorf("%s --help: exit %d, stderr %q", name, code, errOut)
+			continue
+		}
+		if !strings.HasPrefix(out, "Usage: repolock "+strings.Join(args[:len(args)-1], " ")) || strings.Contains(out, "api ") {
+			t.Errorf("%s --help does not name the binary repolock:\n%s", name, out)
+		}
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		col, flags := -1, map[string]bool{}
+		for i, line := range lines {
+			if strings.HasPrefix(line, "Flags") && (i+1 == len(lines) || !strings.HasPrefix(lines[i+1], "  --")) {
+				t.Errorf("%s --help: a Flags heading without flags:\n%s", name, out)
+			}
+			if !strings.HasPrefix(line, "  --") {
+				continue
+			}
+			f := strings.Fields(line)
+			flags[strings.TrimPrefix(f[0], "--")] = true
+			// The description column: the first non-space after the
+			// name (and its type), when on the same line.
+			rest := strings.TrimPrefix(line, "  "+f[0])
+			if len(f) > 1 && !strings.HasPrefix(rest, "  ") {
+				rest = strings.TrimPrefix(rest, " "+f[1])
+			}
+			if trimmed := strings.TrimLeft(rest, " "); trimmed != "" {
+				c := len(line) - len(trimmed)
+				if col >= 0 && c != col {
+					t.Errorf("%s --help: descriptions start in columns %d and %d:\n%s", name, col, c, out)
+				}
+				col = c
+			}
+		}
+		if len(flags) == 0 && strings.Contains(out, "[flags]") {
+			t.Errorf("%s --help says [flags] and lists none:\n%s", name, out)
+		}
+		for flag, where := range has {
+			if flags[flag] != where[name] {
+				t.Errorf("%s --help lists --%s: %v, want %v", name, flag, flags[flag], where[name])
+			}
+		}
+	}
+}
+
+// TestLogFormat: auto (the default) is text on a terminal and JSON
+// otherwise (a buffer, a pipe, a file); LOG_FORMAT or --log-format
+// override it.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		format string
+		json   bool
+	}{{"", true}, {"auto", true}, {"json", true}, {"text", false}, {"TEXT", false}} {
+		c := commonFlags{logLevel: "info", logFormat: tc.format, env: &env{stderr: &syncBuffer{}}}
+		lc, err := c.logConfig()
+		if err != nil || lc.JSON != tc.json {
+			t.Errorf("log format %q to a buffer: JSON %v, %v; want %v", tc.format, lc.JSON, err, tc.json)
+		}
+	}
+	c := commonFlags{logLevel: "info", logFormat: "yaml", env: &env{stderr: &syncBuffer{}}}
+	if _, err := c.logConfig(); err == nil || !strings.Contains(err.Error(), "want text, json or auto") {
+		t.Errorf("log format yaml: %v", err)
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if isTerminal(devnull) || isTerminal(w) {
+		t.Error("/dev/null or a pipe taken for a terminal")
+	}
+	// A terminal, where the test has one (go test's output usually is not).
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		defer tty.Close()
+		if !isTerminal(tty) {
+			t.Error("/dev/tty not taken for a terminal")
+		}
+		c := commonFlags{logLevel: "info", logFormat: "auto", env: &env{stderr: tty}}
+		if lc, err := c.logConfig(); err != nil || lc.JSON {
+			t.Errorf("auto on a terminal: JSON %v, %v", lc.JSON, err)
+		}
+	}
 }

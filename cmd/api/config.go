@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,16 +25,122 @@ type flagSet struct {
 	envErrs []string // environment variables that did not parse (badEnv)
 }
 
+// progName is the binary's one name: what `make install` installs, the
+// image runs and every help text and message says.
+const progName = "repolock"
+
 // newFlagSet returns a flagSet that reports errors instead of exiting, with
-// a usage text naming the command.
+// a usage text naming the command and listing only the flags it registers
+// (printFlags).
 func newFlagSet(e *env, name, argsUsage, summary string) *flagSet {
-	fs := &flagSet{FlagSet: flag.NewFlagSet("api "+name, flag.ContinueOnError), env: e}
+	fs := &flagSet{FlagSet: flag.NewFlagSet(progName+" "+name, flag.ContinueOnError), env: e}
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: api %s [flags] %s\n\n%s\n\nFlags (each defaults to the environment variable named in brackets):\n", name, argsUsage, summary)
-		fs.PrintDefaults()
+		line := "Usage: " + fs.Name()
+		if hasFlags(fs.FlagSet) {
+			line += " [flags]"
+		}
+		if argsUsage != "" {
+			line += " " + argsUsage
+		}
+		fmt.Fprintf(fs.Output(), "%s\n\n%s\n", line, strings.TrimRight(summary, "\n"))
+		printFlags(fs.Output(), fs.FlagSet)
 	}
 	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// helpWidth is where printFlags wraps the descriptions.
+const helpWidth = 100
+
+// printFlags lists fs's flags, one aligned entry each ("--name TYPE" then
+// the description, wrapped under itself), under a heading only when there
+// are flags.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	type entry struct{ name, usage string }
+	var entries []entry
+	env := false
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if typ != "" {
+			name += " " + typ
+		}
+		if def := f.DefValue; def != "" && def != "false" && def != "0" {
+			if typ == "string" {
+				def = strconv.Quote(def)
+			}
+			usage += " (default " + def + ")"
+		}
+		env = env || strings.Contains(usage, "[")
+		entries = append(entries, entry{name, usage})
+	})
+	if len(entries) == 0 {
+		return
+	}
+	if env {
+		fmt.Fprintln(w, "\nFlags (a NAME in brackets is the environment variable the flag defaults from):")
+	} else {
+		fmt.Fprintln(w, "\nFlags:")
+	}
+	col := 0
+	for _, e := range entries {
+		col = max(col, len(e.name))
+	}
+	col = min(col, 30) + 4 // two spaces before, two after
+	for _, e := range entries {
+		line := "  " + e.name
+		if len(line)+2 > col {
+			fmt.Fprintln(w, line)
+			line = ""
+		}
+		words := strings.Fields(e.usage)
+		cur := line + strings.Repeat(" ", col-len(line))
+		first := true
+		for _, word := range words {
+			if !first && len(cur)+1+len(word) > helpWidth {
+				fmt.Fprintln(w, cur)
+				cur = strings.Repeat(" ", col)
+				first = true
+			}
+			if !first {
+				cur += " "
+			}
+			cur += word
+			first = false
+		}
+		fmt.Fprintln(w, cur)
+	}
+}
+
+// argError prints one line saying what is wrong with the command's
+// arguments, then where to read its usage, and returns errUsage (exit 2):
+// never the whole usage.
+func argError(fs *flagSet, format string, args ...any) error {
+	fmt.Fprintf(fs.env.stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(fs.env.stderr, "Run '%s --help' for usage.\n", fs.Name())
+	return errUsage
+}
+
+// wantArgs checks the arguments got of the form "form" (the command and
+// its action, such as "user token"), whose arguments are names (a last
+// name ending in "..." takes one or more): the first one missing, or the
+// first one too many, is argError.
+func wantArgs(fs *flagSet, form string, got []string, names ...string) error {
+	variadic := len(names) > 0 && strings.HasSuffix(names[len(names)-1], "...")
+	usage := strings.TrimSpace(form + " " + strings.Join(names, " "))
+	if len(got) < len(names) {
+		return argError(fs, "missing %s (%s %s)", strings.TrimSuffix(names[len(got)], "..."), progName, usage)
+	}
+	if len(got) > len(names) && !variadic {
+		return argError(fs, "unexpected argument %q (%s %s)", got[len(names)], progName, usage)
+	}
+	return nil
 }
 
 // parse parses args, allowing flags before, between and after the
@@ -97,14 +204,22 @@ func (c *commonFlags) registerPatience(fs *flagSet) {
 		"wait this long for an unreachable database (refused, restarting, failing over), retrying with backoff and logging what the command waits for; 0 is one attempt [CONNECT_TIMEOUT]")
 }
 
-func (c *commonFlags) register(fs *flagSet) {
+// register adds the database URL, the log flags and the database settings
+// that apply to the command (uses: dbflags.go).
+func (c *commonFlags) register(fs *flagSet, uses dbUses) {
 	// Secrets are read from the environment after parsing, never used as
 	// flag defaults: --help would print them.
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres connection URL [DATABASE_URL]")
 	c.env = fs.env
-	c.db.register(fs)
+	c.db.register(fs, uses)
+	c.registerLog(fs)
+}
+
+// registerLog adds --log-level and --log-format.
+func (c *commonFlags) registerLog(fs *flagSet) {
+	c.env = fs.env
 	fs.StringVar(&c.logLevel, "log-level", fs.envOr("LOG_LEVEL", "info"), "log level: debug, info, warn, error [LOG_LEVEL]")
-	fs.StringVar(&c.logFormat, "log-format", fs.envOr("LOG_FORMAT", "json"), "log format: json or text [LOG_FORMAT]")
+	fs.StringVar(&c.logFormat, "log-format", fs.envOr("LOG_FORMAT", "auto"), "log format: text, json, or auto: text on a terminal, json otherwise [LOG_FORMAT]")
 }
 
 // logConfig is the validated --log-level and --log-format.
@@ -122,10 +237,20 @@ func (c *commonFlags) logConfig() (logConfig, error) {
 	case "json":
 		lc.JSON = true
 	case "text":
+	case "auto", "":
+		lc.JSON = c.env == nil || !isTerminal(c.env.stderr)
 	default:
-		return logConfig{}, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want json or text", c.logFormat)}
+		return logConfig{}, &exitError{code: 2, err: fmt.Errorf("invalid --log-format / LOG_FORMAT %q: want text, json or auto", c.logFormat)}
 	}
 	return lc, nil
+}
+
+// isTerminal reports whether w is a terminal: where logs are read by a
+// person, as text; anything else (a file, a pipe, /dev/null, a journal, a
+// container runtime's log) gets JSON.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && fileIsTerminal(f)
 }
 
 // newLogger returns the logger lc describes, writing to w.
@@ -180,12 +305,11 @@ func (c *commonFlags) connect(ctx context.Context, e *env) (*slog.Logger, *datab
 	return logger, db, nil
 }
 
-// noArgs prints the usage and returns errUsage when positional arguments
-// were given to a command that takes none.
+// noArgs is argError when positional arguments were given to a command
+// that takes none.
 func noArgs(fs *flagSet, pos []string) error {
 	if len(pos) != 0 {
-		fs.Usage()
-		return errUsage
+		return argError(fs, "unexpected argument %q: %s takes no arguments", pos[0], fs.Name())
 	}
 	return nil
 }

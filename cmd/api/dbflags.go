@@ -26,23 +26,50 @@ type dbFlags struct {
 	prepared   bool
 	migrateURL string
 	reportsURL string
+	uses       dbUses // the settings that apply (register)
 	env        *env
 }
 
-func (d *dbFlags) register(fs *flagSet) {
+// dbUses says which database settings apply to a command, so that its
+// --help lists those and no other.
+type dbUses uint8
+
+const (
+	// usesPool: the command works through DATABASE_URL, which may be a
+	// transaction-pooling PgBouncer: --db-prepared-statements.
+	usesPool dbUses = 1 << iota
+	// usesMigrateURL: the command migrates or holds a session (LISTEN):
+	// --migrate-database-url.
+	usesMigrateURL
+	// usesReportsURL: the command reads the reporting views:
+	// --reports-database-url.
+	usesReportsURL
+)
+
+func (d *dbFlags) register(fs *flagSet, uses dbUses) {
 	d.env = fs.env
-	fs.BoolVar(&d.prepared, "db-prepared-statements", fs.envBool("DB_PREPARED_STATEMENTS", true),
-		"cache prepared statements; false behind PgBouncer in transaction pooling mode [DB_PREPARED_STATEMENTS]")
+	d.uses = uses
+	// Without the flag the environment still applies (a shared env file
+	// behind PgBouncer): the pool is set up for the pooler either way.
+	d.prepared = fs.envBool("DB_PREPARED_STATEMENTS", true)
+	if uses&usesPool != 0 {
+		fs.BoolVar(&d.prepared, "db-prepared-statements", d.prepared,
+			"cache prepared statements; false behind PgBouncer in transaction pooling mode [DB_PREPARED_STATEMENTS]")
+	}
 	// URLs may hold passwords: read from the environment after parsing,
 	// never shown as defaults by --help.
-	fs.StringVar(&d.migrateURL, "migrate-database-url", "",
-		"direct (not pooled) Postgres URL for migrations; default: the database URL [MIGRATE_DATABASE_URL]")
-	fs.StringVar(&d.reportsURL, "reports-database-url", "",
-		"Postgres URL (a read replica) for reports; default: the database URL [REPORTS_DATABASE_URL]")
+	if uses&usesMigrateURL != 0 {
+		fs.StringVar(&d.migrateURL, "migrate-database-url", "",
+			"direct (not pooled) Postgres URL for migrations and LISTEN; default: the database URL [MIGRATE_DATABASE_URL]")
+	}
+	if uses&usesReportsURL != 0 {
+		fs.StringVar(&d.reportsURL, "reports-database-url", "",
+			"Postgres URL (a read replica) for reports; default: the database URL [REPORTS_DATABASE_URL]")
+	}
 }
 
 // pool returns a pool on url with the pooler settings applied, without
-// connecting (api serve starts while the database may be down).
+// connecting (repolock serve starts while the database may be down).
 func (d *dbFlags) pool(url string, cfg database.PoolConfig) (*database.DB, error) {
 	return newPool(url, d.prepared, cfg)
 }
@@ -94,6 +121,9 @@ func (d *dbFlags) openDirect(ctx context.Context, url string) (*database.DB, err
 }
 
 func (d *dbFlags) migrationURL() string {
+	if d.uses&usesMigrateURL == 0 {
+		return ""
+	}
 	if d.migrateURL == "" && d.env != nil {
 		d.migrateURL = d.env.getenv("MIGRATE_DATABASE_URL")
 	}
@@ -101,13 +131,16 @@ func (d *dbFlags) migrationURL() string {
 }
 
 func (d *dbFlags) reportingURL() string {
+	if d.uses&usesReportsURL == 0 {
+		return ""
+	}
 	if d.reportsURL == "" && d.env != nil {
 		d.reportsURL = d.env.getenv("REPORTS_DATABASE_URL")
 	}
 	return d.reportsURL
 }
 
-// connectMigration is connect for `api migrate`: the pool is on
+// connectMigration is connect for `repolock migrate`: the pool is on
 // MIGRATE_DATABASE_URL when it is set (DATABASE_URL is then not needed).
 func (c *commonFlags) connectMigration(ctx context.Context, e *env) (*slog.Logger, *database.DB, error) {
 	url := c.db.migrationURL()

@@ -20,7 +20,7 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 		"Prints lock events in the watch's order (docs/watch.md): after --after (a cursor), or from now on.\n"+
 			"Without --follow it prints what is there and, on stderr, the cursor to resume from.")
 	var common commonFlags
-	common.register(fs)
+	common.register(fs, usesPool|usesMigrateURL)
 	after := fs.String("after", "", "the cursor to resume from (an event's cursor, or the one printed last); empty: now")
 	kinds := fs.String("kinds", "", "comma-separated kinds: "+strings.Join(watch.Kinds, ", ")+" (default all)")
 	user := fs.String("user", "", "only the events a tenant's token would see (default all: the admin's view)")

@@ -13,7 +13,7 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
-// TestEventsCommand: api events prints the cursor of now; with --after the
+// TestEventsCommand: repolock events prints the cursor of now; with --after the
 // events since, filtered by --user and --kinds; --follow prints an event
 // committed while it runs.
 func TestEventsCommand(t *testing.T) {
@@ -44,7 +44,7 @@ func TestEventsCommand(t *testing.T) {
 	code, stderr := run(ctx, &out, "events")
 	cursor, ok := strings.CutPrefix(strings.TrimSpace(stderr), "cursor: ")
 	if code != 0 || !ok || out.Len() != 0 {
-		t.Fatalf("api events: %d %q %q", code, out.String(), stderr)
+		t.Fatalf("repolock events: %d %q %q", code, out.String(), stderr)
 	}
 	// A cursor is bound to its scope: alice's view has its own.
 	_, stderr = run(ctx, &out, "events", "--user", "alice")
@@ -61,7 +61,7 @@ func TestEventsCommand(t *testing.T) {
 	for {
 		out.Reset()
 		if code, stderr = run(ctx, &out, "events", "--after", cursor); code != 0 {
-			t.Fatalf("api events --after: %d %s", code, stderr)
+			t.Fatalf("repolock events --after: %d %s", code, stderr)
 		}
 		if strings.Count(out.String(), "\n") == 2 || time.Now().After(deadline) {
 			break
@@ -69,15 +69,15 @@ func TestEventsCommand(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[0], "acquired   github.com/acme/one  alice") || !strings.Contains(lines[1], "github.com/bob/one  bob") {
-		t.Fatalf("api events --after:\n%s", out.String())
+		t.Fatalf("repolock events --after:\n%s", out.String())
 	}
 	out.Reset()
 	if code, stderr = run(ctx, &out, "events", "--after", aliceCursor, "--user", "alice", "--json"); code != 0 || strings.Count(out.String(), "\n") != 1 || !strings.Contains(out.String(), `"normalized_url":"github.com/acme/one"`) {
-		t.Fatalf("api events --user alice --json: %d %q %s", code, out.String(), stderr)
+		t.Fatalf("repolock events --user alice --json: %d %q %s", code, out.String(), stderr)
 	}
 	out.Reset()
 	if code, _ = run(ctx, &out, "events", "--after", cursor, "--kinds", "denied"); code != 0 || out.Len() != 0 {
-		t.Fatalf("api events --kinds denied: %d %q", code, out.String())
+		t.Fatalf("repolock events --kinds denied: %d %q", code, out.String())
 	}
 	if code, stderr = run(ctx, &out, "events", "--kinds", "exploded"); code != 2 {
 		t.Fatalf("unknown kind: %d %s", code, stderr)

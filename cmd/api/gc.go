@@ -17,7 +17,7 @@ import (
 	"github.com/repolock/repolock/internal/repostate"
 )
 
-// gcRunFlags are the parameters of a collection: api gc's --batch-size and
+// gcRunFlags are the parameters of a collection: repolock gc's --batch-size and
 // --min-age, and serve's --gc-batch-size and --gc-min-age.
 type gcRunFlags struct {
 	batchSize int
@@ -31,7 +31,7 @@ func (g *gcRunFlags) register(fs *flagSet, prefix string) {
 	fs.DurationVar(&g.minAge, prefix+"min-age", fs.envDuration("GC_MIN_AGE", gc.DefaultMinAge),
 		"collect only locks older than this, so a lock acquired a moment ago keeps its reference [GC_MIN_AGE]")
 	// Retention is enforced by every run that is not a dry run: the same
-	// flag names in api gc and api serve.
+	// flag names in repolock gc and repolock serve.
 	fs.DurationVar(&g.ret.Events, "event-retention", fs.envDuration("EVENT_RETENTION", gc.DefaultEventRetention),
 		"delete lock events (repository_lock_events) this long after their last occurrence; at least 24h; negative is off (kept forever); 0 means the default [EVENT_RETENTION]")
 	fs.DurationVar(&g.ret.Runs, "gc-run-retention", fs.envDuration("GC_RUN_RETENTION", gc.DefaultRunRetention),
@@ -97,7 +97,7 @@ func runGC(ctx context.Context, e *env, args []string) error {
 	)
 	run.register(fs, "")
 	metrics.register(fs)
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {

@@ -195,12 +195,12 @@ func TestGCCommandErrors(t *testing.T) {
 		code       int
 		wantStderr string
 	}{
-		{[]string{"gc", "--batch-size", "0"}, 2, "api gc: batch size must be from 1 to 100000, got 0\n"},
-		{[]string{"gc", "--min-age", "-1s"}, 2, "api gc: min age must not be negative, got -1s\n"},
-		{[]string{"gc", "--timeout", "0s"}, 2, "api gc: --timeout must be positive\n"},
+		{[]string{"gc", "--batch-size", "0"}, 2, "repolock gc: batch size must be from 1 to 100000, got 0\n"},
+		{[]string{"gc", "--min-age", "-1s"}, 2, "repolock gc: min age must not be negative, got -1s\n"},
+		{[]string{"gc", "--timeout", "0s"}, 2, "repolock gc: --timeout must be positive\n"},
 		{[]string{"gc", "extra"}, 2, ""},
-		{[]string{"report", "nope"}, 2, "api report: no report named \"nope\"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers, reservations\n"},
-		{[]string{"report", "locks", "--format", "xml"}, 2, "api report: format must be one of table, csv, json\n"},
+		{[]string{"report", "nope"}, 2, "repolock report: no report named \"nope\"; valid names: ownership, locks, orphan_locks, denials, gc_runs, normalizer_versions, rekey_conflicts, transfers, reservations\n"},
+		{[]string{"report", "locks", "--format", "xml"}, 2, "repolock report: format must be one of table, csv, json\n"},
 		{[]string{"report"}, 2, ""},
 	}
 	for _, tt := range tests {
@@ -214,7 +214,7 @@ func TestGCCommandErrors(t *testing.T) {
 	}
 	c.env["DATABASE_URL"] = strings.Replace(c.env["DATABASE_URL"], "127.0.0.1:5432", "127.0.0.1:1", 1)
 	c.env["CONNECT_TIMEOUT"] = "0" // one attempt (TestCommandsWaitForTheDatabase waits)
-	if code, _, errOut := c.run(ctx, "gc"); code != 1 || !strings.HasPrefix(errOut, "api gc: database: ping:") {
+	if code, _, errOut := c.run(ctx, "gc"); code != 1 || !strings.HasPrefix(errOut, "repolock gc: database: ping:") {
 		t.Fatalf("gc without a database: exit %d, stderr %q; want 1", code, errOut)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// serveGCPercent is the Go collector's pace `api serve` runs at when the
+// serveGCPercent is the Go collector's pace `repolock serve` runs at when the
 // environment sets no GOGC: the heap may grow to five times what is live
 // before a collection, instead of Go's default of twice.
 //

@@ -14,20 +14,20 @@ import (
 	"github.com/repolock/repolock/client"
 )
 
-// Exit codes of `api lease run` besides the command's own.
+// Exit codes of `repolock lease run` besides the command's own.
 const (
 	exitLeaseHeld = 3 // the key was held (at the end of --wait)
 	exitLeaseLost = 4 // the lease was lost while the command ran
 )
 
-// runLease is `api lease run`: the "run once across the fleet" tool.
+// runLease is `repolock lease run`: the "run once across the fleet" tool.
 func runLease(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "run" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stdout, "Usage: api lease run [flags] -- COMMAND [ARG...]")
+			fmt.Fprintln(e.stdout, "Usage: repolock lease run [flags] -- COMMAND [ARG...]")
 			return flag.ErrHelp
 		}
-		fmt.Fprintln(e.stderr, "Usage: api lease run [flags] -- COMMAND [ARG...]")
+		fmt.Fprintln(e.stderr, "Usage: repolock lease run [flags] -- COMMAND [ARG...]")
 		return errUsage
 	}
 	fs := newFlagSet(e, "lease run", "-- COMMAND [ARG...]",
@@ -35,8 +35,8 @@ func runLease(ctx context.Context, e *env, args []string) error {
 			"alive every TTL/3. COMMAND gets REPOLOCK_LEASE_ID, REPOLOCK_LEASE_KEY and REPOLOCK_FENCING_TOKEN\n"+
 			"(send it as the Repolock-Fencing-Token header of its guarded writes). When the lease is lost\n"+
 			"(a keepalive found it expired or taken over, or none succeeded for a whole TTL) COMMAND gets\n"+
-			"SIGTERM, then SIGKILL after --kill-after, and api exits 4. A key still held at the end of\n"+
-			"--wait exits 3. Otherwise api releases the lease and exits with COMMAND's status.")
+			"SIGTERM, then SIGKILL after --kill-after, and repolock exits 4. A key still held at the end of\n"+
+			"--wait exits 3. Otherwise repolock releases the lease and exits with COMMAND's status.")
 	var (
 		url       = fs.String("url", fs.envOr("REPOLOCK_URL", ""), "base URL of the repolock API, such as http://127.0.0.1:8080 [REPOLOCK_URL]")
 		token     = fs.String("token", "", "tenant API token; default from the environment [REPOLOCK_TOKEN]")
@@ -55,10 +55,10 @@ func runLease(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case len(pos) == 0:
-		fmt.Fprintln(e.stderr, "api lease run: a command to run is required (after --)")
+		fmt.Fprintln(e.stderr, "repolock lease run: a command to run is required (after --)")
 		return errUsage
 	case *url == "" || *token == "" || *key == "":
-		fmt.Fprintln(e.stderr, "api lease run: --url, --token and --key are required")
+		fmt.Fprintln(e.stderr, "repolock lease run: --url, --token and --key are required")
 		return errUsage
 	}
 	if *holder == "" {
@@ -110,7 +110,7 @@ func runLease(ctx context.Context, e *env, args []string) error {
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := l.Release(relCtx); err != nil && !errors.Is(err, client.ErrLeaseReleased) {
-		fmt.Fprintf(e.stderr, "api lease run: releasing the lease: %v\n", err)
+		fmt.Fprintf(e.stderr, "repolock lease run: releasing the lease: %v\n", err)
 	}
 	var ee *exec.ExitError
 	switch {

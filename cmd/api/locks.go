@@ -22,7 +22,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			"          old owner has Applications or Credentials on it, unless -references delete deletes them.")
 	references := fs.String("references", "refuse", "transfer: what to do with the old owner's references: refuse or delete")
 	var common commonFlags
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -31,9 +31,13 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" && pos[0] != "transfer" {
 		return errUnknownAction(fs, pos[0])
 	}
-	if len(pos) < 2 || (pos[0] == "list" && len(pos) != 2) || (pos[0] == "transfer" && len(pos) != 3) {
-		fs.Usage()
-		return errUsage
+	if len(pos) == 0 {
+		return argError(fs, "missing what to do: owner URL..., list USER or transfer LOCK_ID|URL USER")
+	}
+	if err := wantArgs(fs, "locks "+pos[0], pos[1:], map[string][]string{
+		"owner": {"URL..."}, "list": {"USER"}, "transfer": {"LOCK_ID|URL", "USER"},
+	}[pos[0]]...); err != nil {
+		return err
 	}
 	db, err := common.open(ctx)
 	if err != nil {
@@ -54,7 +58,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 			key, err := n.RepoURL(raw)
 			if err != nil {
 				failed++
-				fmt.Fprintf(e.stderr, "api locks owner: argument %d: %v\n", i+1, err)
+				fmt.Fprintf(e.stderr, "repolock locks owner: argument %d: %v\n", i+1, err)
 				continue
 			}
 			o, err := svc.locks.OwnerOf(ctx, key)
@@ -99,7 +103,7 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// transferLock is `api locks transfer`: lock is a lock id or any spelling
+// transferLock is `repolock locks transfer`: lock is a lock id or any spelling
 // of a repository URL. The actor recorded is the operator at the CLI
 // ("cli:USER@HOST").
 func transferLock(ctx context.Context, e *env, svc *services, lock, to, references string) error {

@@ -1,4 +1,4 @@
-// Command api is repolock's one binary: the HTTP server and the operators'
+// Command api builds repolock's one binary, installed as repolock: the HTTP server and the operators'
 // commands (migrations, tenants, GC, reports, URL normalization).
 package main
 
@@ -30,7 +30,7 @@ type command struct {
 var commands = map[string]command{
 	"serve":   {"run the HTTP API server", runServe},
 	"migrate": {"apply or roll back database migrations: up | down [N] | version | force N", runMigrate},
-	"version": {"print the version and VCS revision of this binary (also: api --version)", runVersion},
+	"version": {"print the version and VCS revision of this binary (also: repolock --version)", runVersion},
 	"user":    {"manage tenants: create NAME | list | token NAME | revoke NAME | delete NAME", runTenant},
 	// Domain commands, one line each; their code lives in <command>.go.
 	"gc":        {"run one global lock GC (and the repository Cleaner); skipped when another is running", runGC},
@@ -84,7 +84,7 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 0
 	case "--version", "-version", "-v":
 		if len(args) != 1 {
-			fmt.Fprintf(e.stderr, "api: %s takes no arguments\n", args[0])
+			fmt.Fprintf(e.stderr, "%s: %s takes no arguments\n", progName, args[0])
 			return 2
 		}
 		printVersion(e.stdout)
@@ -92,8 +92,7 @@ func run(ctx context.Context, e *env, args []string) int {
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(e.stderr, "api: unknown command %s\n\n", args[0])
-		usage(e.stderr)
+		fmt.Fprintf(e.stderr, "%s: unknown command %q\nRun '%s --help' for the commands.\n", progName, args[0], progName)
 		return 2
 	}
 	err := cmd.run(ctx, e, args[1:])
@@ -107,11 +106,11 @@ func run(ctx context.Context, e *env, args []string) int {
 		return 2
 	case errors.As(err, &ee):
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], cliMessage(ee.err))
+			fmt.Fprintf(e.stderr, "%s %s: %s\n", progName, args[0], cliMessage(ee.err))
 		}
 		return ee.code
 	default:
-		fmt.Fprintf(e.stderr, "api %s: %s\n", args[0], cliMessage(err))
+		fmt.Fprintf(e.stderr, "%s %s: %s\n", progName, args[0], cliMessage(err))
 		return 1
 	}
 }
@@ -141,9 +140,7 @@ func cliMessage(err error) string {
 // errUnknownAction is errUsage for an unknown action of a command with
 // actions (migrate, user, locks): it names the whole command.
 func errUnknownAction(fs *flagSet, action string) error {
-	fmt.Fprintf(fs.env.stderr, "%s: unknown command %s %s\n\n", fs.Name(), strings.TrimPrefix(fs.Name(), "api "), action)
-	fs.Usage()
-	return errUsage
+	return argError(fs, "unknown command %s %s", strings.TrimPrefix(fs.Name(), progName+" "), action)
 }
 
 func printVersion(w io.Writer) {
@@ -155,7 +152,7 @@ func printVersion(w io.Writer) {
 	if v.Modified {
 		rev += " (modified)"
 	}
-	fmt.Fprintf(w, "api %s\nrevision %s\n", v.Version, rev)
+	fmt.Fprintf(w, "%s %s\nrevision %s\n", progName, v.Version, rev)
 	if v.Time != "" {
 		fmt.Fprintf(w, "commit time %s\n", v.Time)
 	}
@@ -176,7 +173,7 @@ func runVersion(_ context.Context, e *env, args []string) error {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: api COMMAND [flags] [args]")
+	fmt.Fprintf(w, "Usage: %s COMMAND [flags] [args]\n", progName)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	names := make([]string, 0, len(commands))
@@ -184,9 +181,13 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'api COMMAND --help' for a command's flags; 'api --version' for the build.")
+	fmt.Fprintf(w, "Run '%s COMMAND --help' for a command's flags; '%s --version' for the build.\n", progName, progName)
 }

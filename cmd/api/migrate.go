@@ -20,33 +20,30 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			"Safe to run from several replicas at once: a Postgres advisory lock serializes them.")
 	var common commonFlags
 	all := fs.Bool("all", false, "with down: roll back every migration")
-	common.register(fs)
+	common.register(fs, usesMigrateURL)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) < 1 {
-		fs.Usage()
-		return errUsage
+		return argError(fs, "missing what to do: up, down [N|--all], version or force N")
 	}
 	action, rest := pos[0], pos[1:]
 	steps, force := 1, 0
 	switch action {
 	case "up", "version":
-		if len(rest) != 0 {
-			fs.Usage()
-			return errUsage
+		if err := wantArgs(fs, "migrate "+action, rest); err != nil {
+			return err
 		}
 	case "down":
 		if len(rest) > 1 {
-			fs.Usage()
-			return errUsage
+			return argError(fs, "unexpected argument %q (%s migrate down [N|--all])", rest[1], progName)
 		}
 		if len(rest) == 1 {
 			n, err := strconv.Atoi(rest[0])
 			if err != nil || n < 1 {
-				return &exitError{code: 2, err: fmt.Errorf("down takes a positive number of migrations to roll back (api migrate down 2), got %q", rest[0])}
+				return &exitError{code: 2, err: fmt.Errorf("down takes a positive number of migrations to roll back (repolock migrate down 2), got %q", rest[0])}
 			}
 			steps = n
 		}
@@ -54,8 +51,8 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			steps = 0
 		}
 	case "force":
-		if len(rest) != 1 {
-			return &exitError{code: 2, err: fmt.Errorf("force takes the version to record (api migrate force 5)")}
+		if err := wantArgs(fs, "migrate force", rest, "N"); err != nil {
+			return err
 		}
 		n, err := strconv.Atoi(rest[0])
 		if err != nil || n < 0 {
@@ -91,7 +88,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 			return &exitError{code: 2, err: errors.New("nothing to roll back: no migration is applied (version 0)")}
 		}
 		if steps > int(st.Version) {
-			return &exitError{code: 2, err: fmt.Errorf("cannot roll back %d migrations: only versions up to %d are applied (api migrate down --all rolls back every one)", steps, st.Version)}
+			return &exitError{code: 2, err: fmt.Errorf("cannot roll back %d migrations: only versions up to %d are applied (repolock migrate down --all rolls back every one)", steps, st.Version)}
 		}
 		err = mg.Down(steps)
 	case "force":
@@ -105,7 +102,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if st.Dirty {
-		fmt.Fprintf(e.stderr, "api migrate: %s\n", dirtyMessage(st.Version))
+		fmt.Fprintf(e.stderr, "repolock migrate: %s\n", dirtyMessage(st.Version))
 	}
 	return json.NewEncoder(e.stdout).Encode(st)
 }
@@ -113,7 +110,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 // dirtyMessage explains a dirty schema version and the way out.
 func dirtyMessage(v uint) string {
 	return fmt.Sprintf("migration %d failed half-way (the database is marked dirty at version %d); inspect the database, then run "+
-		"`api migrate force %d` if its changes are all in place, or repair them and run `api migrate force %d` and `api migrate up` to run it again",
+		"`repolock migrate force %d` if its changes are all in place, or repair them and run `repolock migrate force %d` and `repolock migrate up` to run it again",
 		v, v, v, int(v)-1)
 }
 
@@ -126,7 +123,7 @@ func migrationMessage(err error) (string, bool) {
 		return dirtyMessage(uint(dirty.Version)), true
 	}
 	if database.PQCode(err) == "42P01" {
-		return "the database has no repolock schema (a table is missing): run `api migrate up` first (api serve does it unless --migrate-on-start=false)", true
+		return "the database has no repolock schema (a table is missing): run `repolock migrate up` first (repolock serve does it unless --migrate-on-start=false)", true
 	}
 	return "", false
 }

@@ -17,15 +17,14 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 			"aliases, as the server does; without one, under the built-in rules only, and says so on stderr.\n"+
 			"Exits 1 when any URL is invalid, naming its position and the reason on stderr.", normalize.Version))
 	var common commonFlags
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		fs.Usage()
-		return errUsage
+	if err := wantArgs(fs, "normalize", pos, "URL..."); err != nil {
+		return err
 	}
 	n, err := normalizer(ctx, e, &common)
 	if err != nil {
@@ -36,7 +35,7 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 		key, err := n.RepoURL(raw)
 		if err != nil {
 			failed++
-			fmt.Fprintf(e.stderr, "api normalize: argument %d: %v\n", i+1, err)
+			fmt.Fprintf(e.stderr, "repolock normalize: argument %d: %v\n", i+1, err)
 			continue
 		}
 		fmt.Fprintln(e.stdout, key)
@@ -47,7 +46,7 @@ func runNormalize(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// normalizer returns the rules `api normalize` keys under: the deployment's
+// normalizer returns the rules `repolock normalize` keys under: the deployment's
 // (the built-in rules plus the stored aliases, as the server keys) when a
 // database is configured, else the built-in rules, with a note on stderr
 // that configured aliases were not applied.
@@ -56,7 +55,7 @@ func normalizer(ctx context.Context, e *env, common *commonFlags) (*normalize.No
 		common.databaseURL = e.getenv("DATABASE_URL")
 	}
 	if common.databaseURL == "" {
-		fmt.Fprintln(e.stderr, "api normalize: no database (DATABASE_URL or --database-url): keyed under the built-in rules only; configured aliases are not applied")
+		fmt.Fprintln(e.stderr, "repolock normalize: no database (DATABASE_URL or --database-url): keyed under the built-in rules only; configured aliases are not applied")
 		return normalize.Default(), nil
 	}
 	db, err := common.open(ctx)

@@ -9,7 +9,7 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
-// TestNormalizeCommandAppliesStoredAliases: with a database, `api normalize`
+// TestNormalizeCommandAppliesStoredAliases: with a database, `repolock normalize`
 // keys under the deployment's stored aliases, as the server does (issue 23:
 // it printed the built-in key while the server keyed under the alias);
 // without one it prints the built-in key and says on stderr that aliases
@@ -47,7 +47,7 @@ func TestNormalizeCommandAppliesStoredAliases(t *testing.T) {
 	// configured aliases were not applied.
 	code, out, errOut := run(noDB, "normalize", raw)
 	if code != 0 || out != "gitlab-ssh.example.com/o/r\n" ||
-		errOut != "api normalize: no database (DATABASE_URL or --database-url): keyed under the built-in rules only; configured aliases are not applied\n" {
+		errOut != "repolock normalize: no database (DATABASE_URL or --database-url): keyed under the built-in rules only; configured aliases are not applied\n" {
 		t.Fatalf("normalize without a database: %d %q %q", code, out, errOut)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/repolock/repolock/internal/gc"
 )
 
-// TestCommandsWaitForTheDatabase: api gc, rekey, report and migrate, started
+// TestCommandsWaitForTheDatabase: repolock gc, rekey, report and migrate, started
 // while the database refuses connections, log what they wait for, retry
 // with backoff and finish once it comes back (a failover within
 // --connect-timeout); with --connect-timeout 0 they fail at once, as before.
@@ -60,7 +60,7 @@ func TestCommandsWaitForTheDatabase(t *testing.T) {
 		defer func() { c.env["CONNECT_TIMEOUT"] = "2m" }()
 		code, _, stderr := c.run(context.Background(), "gc")
 		if code != 1 || !strings.Contains(stderr, "connection refused") || strings.Contains(stderr, "waiting for the database") {
-			t.Fatalf("api gc with CONNECT_TIMEOUT=0 while refused: exit %d\n%s", code, stderr)
+			t.Fatalf("repolock gc with CONNECT_TIMEOUT=0 while refused: exit %d\n%s", code, stderr)
 		}
 	})
 	t.Run("gives up", func(t *testing.T) {
@@ -68,18 +68,18 @@ func TestCommandsWaitForTheDatabase(t *testing.T) {
 		defer proxy.Restore()
 		code, _, stderr := c.run(context.Background(), "gc", "--connect-timeout", "600ms")
 		if code != 1 || !strings.Contains(stderr, "gave up waiting for the database") {
-			t.Fatalf("api gc --connect-timeout 600ms while refused: exit %d\n%s", code, stderr)
+			t.Fatalf("repolock gc --connect-timeout 600ms while refused: exit %d\n%s", code, stderr)
 		}
 	})
 	t.Run("negative", func(t *testing.T) {
 		code, _, stderr := c.run(context.Background(), "gc", "--connect-timeout", "-1s")
 		if code != 2 || !strings.Contains(stderr, "--connect-timeout must not be negative") {
-			t.Fatalf("api gc --connect-timeout -1s: exit %d\n%s", code, stderr)
+			t.Fatalf("repolock gc --connect-timeout -1s: exit %d\n%s", code, stderr)
 		}
 	})
 }
 
-// TestGCWaitsThroughAnOutage: a COMMIT cut while api gc loads the keying
+// TestGCWaitsThroughAnOutage: a COMMIT cut while repolock gc loads the keying
 // rules (the database went away) is retried once the database answers; a
 // collection cut mid-run (the database refusing connections while it
 // deletes batches) is run again once it is back. The command exits 0 (collected, or skipped while the cut
@@ -103,7 +103,7 @@ func TestGCWaitsThroughAnOutage(t *testing.T) {
 			t.Fatalf("no COMMIT was cut:\n%s", stderr)
 		}
 		if code != 0 || !strings.Contains(stderr, `waiting_for="the database, to load the keying rules"`) || !strings.Contains(stderr, "the database is back") {
-			t.Fatalf("api gc with a COMMIT cut: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			t.Fatalf("repolock gc with a COMMIT cut: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 		if r := decodeRun(t, stdout); r.Status != gc.StatusSucceeded || r.Deleted != 3 {
 			t.Fatalf("run after the outage = %+v", r)
@@ -122,7 +122,7 @@ func TestGCWaitsThroughAnOutage(t *testing.T) {
 		errb.waitForLine(t, exited, "waiting for the database", "to run the collection again")
 		proxy.Restore()
 		if code := <-exited; code != 0 {
-			t.Fatalf("api gc cut mid-run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+			t.Fatalf("repolock gc cut mid-run: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 		}
 		if r := decodeRun(t, out.String()); r.Status != gc.StatusSucceeded && r.Status != gc.StatusSkipped {
 			t.Fatalf("run after the outage = %+v", r)

@@ -19,7 +19,7 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 			"re-normalizes the stored repo_url of every Application and Credential on such a lock, moves\n"+
 			"references to the new keys, releases emptied locks and records \"rekeyed\" lock events.\n"+
 			"Conflicts (two tenants' locks collapsing into one key) and URLs the current rules reject are\n"+
-			"reported and left untouched (also in `api report rekey_conflicts`). Safe while the API serves\n"+
+			"reported and left untouched (also in `repolock report rekey_conflicts`). Safe while the API serves\n"+
 			"traffic and alongside GC; a second run moves nothing. Prints the report as JSON on stdout.\n"+
 			"Exits 0 when nothing stays stale, 3 when conflicts or rejected URLs remain, 1 on failure.")
 	var (
@@ -28,7 +28,7 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 		batchSize = fs.Int("batch-size", rekey.DefaultBatchSize, fmt.Sprintf("stale locks moved per transaction, 1..%d", rekey.MaxBatchSize))
 		quiet     = fs.Bool("quiet", false, "print no progress on stderr")
 	)
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -70,7 +70,7 @@ func runRekey(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if left := len(rep.Conflicts) + len(rep.Rejected); left > 0 {
-		return &exitError{code: 3, err: fmt.Errorf("%d conflicts and %d rejected URLs keep locks on their old keys (api report rekey_conflicts)",
+		return &exitError{code: 3, err: fmt.Errorf("%d conflicts and %d rejected URLs keep locks on their old keys (repolock report rekey_conflicts)",
 			len(rep.Conflicts), len(rep.Rejected))}
 	}
 	return nil
@@ -81,23 +81,28 @@ func runAlias(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "alias", "[--dry-run] list | add FROM TO | remove FROM",
 		"Configured (per-deployment) normalizer aliases: every key under the endpoint FROM is rewritten to\n"+
 			"the same rest under TO; endpoints in key syntax host[+port][/prefix], e.g.\n"+
-			"  api alias add gitlab.example.com+2222 gitlab.example.com\n"+
-			"  api alias add bitbucket.example.com+7999 bitbucket.example.com/scm\n"+
-			"A change re-keys the locks it moves in the same transaction (no `api rekey` needed), and is\n"+
+			"  repolock alias add gitlab.example.com+2222 gitlab.example.com\n"+
+			"  repolock alias add bitbucket.example.com+7999 bitbucket.example.com/scm\n"+
+			"A change re-keys the locks it moves in the same transaction (no `repolock rekey` needed), and is\n"+
 			"refused (exit 3, nothing changed) when it would give a repository two owners; it prints the\n"+
 			"change as JSON. --dry-run prints the plan and changes nothing.")
 	var common commonFlags
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	dryRun := fs.Bool("dry-run", false, "print what the change would move, and its conflicts; change nothing")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 || (pos[0] == "list" && len(pos) != 1) || (pos[0] == "add" && len(pos) != 3) ||
-		(pos[0] == "remove" && len(pos) != 2) || (pos[0] != "list" && pos[0] != "add" && pos[0] != "remove") {
-		fs.Usage()
-		return errUsage
+	if len(pos) == 0 {
+		return argError(fs, "missing what to do: list, add FROM TO or remove FROM")
+	}
+	names, ok := map[string][]string{"list": nil, "add": {"FROM", "TO"}, "remove": {"FROM"}}[pos[0]]
+	if !ok {
+		return errUnknownAction(fs, pos[0])
+	}
+	if err := wantArgs(fs, "alias "+pos[0], pos[1:], names...); err != nil {
+		return err
 	}
 	db, err := common.open(ctx)
 	if err != nil {

@@ -16,28 +16,51 @@ import (
 )
 
 func runReport(ctx context.Context, e *env, args []string) error {
-	var list strings.Builder
+	// One aligned list: the widest name sets the column, descriptions
+	// wrap under themselves.
+	type entry struct{ name, desc string }
+	entries := []entry{}
 	for _, r := range reports.All() {
-		fmt.Fprintf(&list, "  %-13s %s\n", r.Name, r.Description)
+		entries = append(entries, entry{r.Name, r.Description})
+	}
+	entries = append(entries,
+		entry{"verify", "recount the ownership figures from the base tables, print any drift per tenant; exit 1 on drift (--repair: recompute them; writers wait meanwhile)"},
+		entry{"fold", "fold the ownership figures' deltas into their totals now"})
+	var list strings.Builder
+	width := 0
+	for _, r := range entries {
+		width = max(width, len(r.name))
+	}
+	for _, r := range entries {
+		line := fmt.Sprintf("  %-*s  ", width, r.name)
+		indent := len(line)
+		for i, word := range strings.Fields(r.desc) {
+			if i > 0 && len(line)+1+len(word) > helpWidth {
+				list.WriteString(line + "\n")
+				line = strings.Repeat(" ", indent) + word
+				continue
+			}
+			if i > 0 {
+				line += " "
+			}
+			line += word
+		}
+		list.WriteString(line + "\n")
 	}
 	fs := newFlagSet(e, "report", "NAME | verify | fold",
-		"Prints one of the SQL reporting views (documented in docs/reporting.md):\n"+list.String()+
-			"  verify        recount the ownership figures from the base tables, print any drift per tenant;\n"+
-			"                exit 1 on drift (--repair: recompute them; writers wait meanwhile)\n"+
-			"  fold          fold the ownership figures' deltas into their totals now")
+		"Prints one of the SQL reporting views (documented in docs/reporting.md), or checks their figures:\n"+list.String())
 	var common commonFlags
 	format := fs.String("format", "table", "table, csv or json")
 	limit := fs.Int("limit", 0, "print at most this many rows (0: all)")
 	repair := fs.Bool("repair", false, "verify: recompute the figures from the base tables after printing the drift")
-	common.register(fs)
+	common.register(fs, usesPool|usesReportsURL)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+	if err := wantArgs(fs, "report", pos, "NAME"); err != nil {
+		return err
 	}
 	f, err := reports.ParseFormat(*format, reports.FormatTable, reports.FormatCSV, reports.FormatJSON)
 	if err != nil {

@@ -13,19 +13,19 @@ import (
 )
 
 // runReservation manages reservations (locks.Service: Reserve,
-// ListReservations, Unreserve) on the database directly, as `api alias`
+// ListReservations, Unreserve) on the database directly, as `repolock alias`
 // does.
 func runReservation(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "reservation", "[--keep] [--dry-run] add PREFIX TENANT | list | remove ID",
 		"Reservations: a key prefix (a host, host/org or repository URL, any spelling) that belongs to a\n"+
 			"tenant. Claims of keys under it by other tenants are refused (409 repository_reserved); the\n"+
 			"longest reserved prefix covering a key decides. e.g.\n"+
-			"  api reservation add github.com/acme acme\n"+
+			"  repolock reservation add github.com/acme acme\n"+
 			"add is refused (exit 3, nothing changed) when other tenants hold live locks under the prefix;\n"+
 			"it prints them as JSON. --keep reserves anyway and lets them keep those locks until released;\n"+
 			"--dry-run prints them and changes nothing.")
 	var common commonFlags
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	keep := fs.Bool("keep", false, "reserve even when other tenants hold live locks under the prefix (they keep them)")
 	dryRun := fs.Bool("dry-run", false, "print the live locks of other tenants under the prefix; change nothing")
@@ -33,10 +33,15 @@ func runReservation(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 || (pos[0] == "list" && len(pos) != 1) || (pos[0] == "add" && len(pos) != 3) ||
-		(pos[0] == "remove" && len(pos) != 2) || (pos[0] != "list" && pos[0] != "add" && pos[0] != "remove") {
-		fs.Usage()
-		return errUsage
+	if len(pos) == 0 {
+		return argError(fs, "missing what to do: list, add PREFIX TENANT or remove ID")
+	}
+	names, ok := map[string][]string{"list": nil, "add": {"PREFIX", "TENANT"}, "remove": {"ID"}}[pos[0]]
+	if !ok {
+		return errUnknownAction(fs, pos[0])
+	}
+	if err := wantArgs(fs, "reservation "+pos[0], pos[1:], names...); err != nil {
+		return err
 	}
 	db, err := common.open(ctx)
 	if err != nil {

@@ -33,7 +33,7 @@ import (
 	"github.com/repolock/repolock/internal/watch"
 )
 
-// api serve, in three steps that read top to bottom:
+// repolock serve, in three steps that read top to bottom:
 //
 //   - readServeConfig: the flags and the environment, validated, into a
 //     serveConfig (no side effects: nothing connects, listens or logs);
@@ -62,7 +62,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	return srv.run(ctx)
 }
 
-// serveConfig is everything api serve runs with. A setting that can be off
+// serveConfig is everything repolock serve runs with. A setting that can be off
 // is off at the same value here as on its flag, and as in the
 // configuration of the component it is handed to: 0 for a number or a
 // duration, "" for an address, false for a switch; retention alone is off
@@ -194,7 +194,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		gcLoop          gcLoopFlags
 		pool            poolFlags
 	)
-	common.register(fs)
+	common.register(fs, usesPool|usesMigrateURL|usesReportsURL)
 	gcLoop.register(fs)
 	pool.register(fs)
 	pos, err := fs.parse(args)
@@ -300,7 +300,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 // writes a row four times per second then.
 const minFleetHeartbeat = 100 * time.Millisecond
 
-// server is api serve built from its serveConfig: the pools, the services
+// server is repolock serve built from its serveConfig: the pools, the services
 // and the HTTP server, each built once. close releases what buildServer
 // opened, in reverse order.
 type server struct {
@@ -424,7 +424,7 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 	// rules (ALIAS_REFRESH): no query at scrape time.
 	aliases := s.svc.aliases
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "repolock_rekey_stale_rules_versions",
-		Help: "Older keying rules versions that stored locks are still keyed under, as of the last load of the rules (0: nothing left to re-key; above 0 after an upgrade until `api rekey` completes, or while re-keying conflicts stay open)."},
+		Help: "Older keying rules versions that stored locks are still keyed under, as of the last load of the rules (0: nothing left to re-key; above 0 after an upgrade until `repolock rekey` completes, or while re-keying conflicts stay open)."},
 		func() float64 { return float64(aliases.StaleVersions()) }))
 	if s.collector, err = newCollector(s.db, s.svc, logger, reg, cfg.Retention); err != nil {
 		return nil, err

@@ -45,7 +45,11 @@ func newServices(db *database.DB, aliases *rekey.Source, tokens *tenants.Cache, 
 	if err != nil {
 		return nil, err
 	}
-	l := locks.New(db, aliases)
+	lm, err := locks.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	l := locks.New(db, aliases, lm)
 	return &services{
 		aliases: aliases,
 		tenants: tenants.New(db, tokens),

@@ -18,25 +18,22 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 			"        its locks, in one transaction; prints what was removed as JSON.")
 	var common commonFlags
 	display := fs.String("display-name", "", "with create: the tenant's display name")
-	common.register(fs)
+	common.register(fs, usesPool)
 	common.registerPatience(fs)
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) < 1 {
-		fs.Usage()
-		return errUsage
+		return argError(fs, "missing what to do: create NAME, list, token NAME, revoke NAME or delete NAME")
 	}
 	action, rest := pos[0], pos[1:]
-	wantArgs := map[string]int{"create": 1, "list": 0, "token": 1, "revoke": 1, "delete": 1}
-	n, ok := wantArgs[action]
+	names, ok := map[string][]string{"create": {"NAME"}, "list": nil, "token": {"NAME"}, "revoke": {"NAME"}, "delete": {"NAME"}}[action]
 	if !ok {
 		return errUnknownAction(fs, action)
 	}
-	if len(rest) != n {
-		fs.Usage()
-		return errUsage
+	if err := wantArgs(fs, "user "+action, rest, names...); err != nil {
+		return err
 	}
 	db, err := common.open(ctx)
 	if err != nil {

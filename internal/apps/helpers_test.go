@@ -17,7 +17,7 @@ import (
 // Build one of each per pool (they own the pool's Batchers).
 // The pool's BatchStallAfter (dbtest.Pool) applies: New makes the Batchers.
 func newApps(db *database.DB) (*apps.Service, *locks.Service) {
-	ls := locks.New(db, locks.Fixed(normalize.Default()))
+	ls := locks.New(db, locks.Fixed(normalize.Default()), nil)
 	return apps.New(db, ls), ls
 }
 

@@ -258,14 +258,14 @@ func (k *kind) validate(n *normalize.Normalizer, c change) (key normalize.Key, s
 
 // acquire acquires the claim's repository for the tenant in tx. denied is
 // the error to give the caller when the claim was refused (another
-// tenant's lock or reservation: locks.Acquisition.DeniedError).
-// when another tenant holds it.
-func (s *Service) acquire(ctx context.Context, tx database.Tx, tenantID string, c locks.Claim) (lockID string, denied, err error) {
-	acq, err := s.locks.AcquireTx(ctx, tx, tenantID, c)
+// tenant's lock or reservation: locks.Acquisition.DeniedError). The caller
+// counts the decision (locks.Metrics.Claimed) once tx has committed.
+func (s *Service) acquire(ctx context.Context, tx database.Tx, tenantID string, c locks.Claim) (acq locks.Acquisition, denied, err error) {
+	acq, err = s.locks.AcquireTx(ctx, tx, tenantID, c)
 	if err != nil {
-		return "", nil, err
+		return locks.Acquisition{}, nil, err
 	}
-	return acq.LockID, acq.DeniedError(), nil
+	return acq, acq.DeniedError(), nil
 }
 
 // mapWriteError maps the errors of writing a row; what is "an application"
@@ -294,24 +294,39 @@ func mapWriteError(err error, what, name string) error {
 // runs under the keying rules in force (locks.Service.Keyed): again under
 // the new ones if they change meanwhile.
 func create[T row](ctx context.Context, s *Service, k *kind, fast *database.Batcher[newRow, createdRow[T]], tenantID string, c change) (T, error) {
-	var r T
+	var (
+		r   T
+		acq locks.Acquisition
+	)
 	err := s.locks.Keyed(ctx, func(keying *locks.Keying) error {
 		var err error
-		r, err = createKeyed(ctx, s, k, fast, keying, tenantID, c)
+		r, acq, err = createKeyed(ctx, s, k, fast, keying, tenantID, c)
 		return err
 	})
+	// Counted once the claim's transaction committed (or the fast path's
+	// statement did): a retry under new rules counts once.
+	switch {
+	case err == nil, acq.Owner != "":
+		s.locks.Metrics().Claimed(acq)
+	case repolock.IsCode(err, repolock.EInvalid):
+		s.locks.Metrics().Invalid()
+	}
 	return r, err
 }
 
-func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database.Batcher[newRow, createdRow[T]], keying *locks.Keying, tenantID string, c change) (T, error) {
+// createKeyed is create under keying. Its Acquisition is the claim's
+// decision: Owner set when it was denied (with the error to give), Acquired
+// when the row was written.
+func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database.Batcher[newRow, createdRow[T]], keying *locks.Keying, tenantID string, c change) (T, locks.Acquisition, error) {
 	var zero, r T
+	var none locks.Acquisition
 	key, stored, err := k.validate(keying.Current, c)
 	if err != nil {
-		return zero, err
+		return zero, none, err
 	}
 	claim, err := keying.Claim(*c.repoURL)
 	if err != nil {
-		return zero, err
+		return zero, none, err
 	}
 	own := make([]string, len(c.own))
 	for i, v := range c.own {
@@ -322,31 +337,35 @@ func createKeyed[T row](ctx context.Context, s *Service, k *kind, fast *database
 		gen: keying.Generation, name: *c.name, repoURL: stored, own: own,
 	})
 	if err != nil {
-		return zero, mapWriteError(err, k.what, *c.name)
+		return zero, none, mapWriteError(err, k.what, *c.name)
 	}
 	if created.ok {
-		return created.row, nil
+		return created.row, locks.Acquisition{Key: key, Acquired: true, New: true}, nil
 	}
-	var denied error
+	var (
+		denied error
+		acq    locks.Acquisition
+	)
 	err = s.db.WithTx(ctx, func(tx database.Tx) error {
-		lockID, deny, err := s.acquire(ctx, tx, tenantID, claim)
+		var err error
+		acq, denied, err = s.acquire(ctx, tx, tenantID, claim)
 		if err != nil {
 			return err
 		}
-		if denied = deny; denied != nil {
+		if denied != nil {
 			return nil // commit the denial event; nothing else was written
 		}
 		args := append([]any{tenantID, *c.name, stored, string(key)}, anys(own)...)
-		err = tx.GetContext(ctx, &r, k.sql.create, append(args, lockID)...)
+		err = tx.GetContext(ctx, &r, k.sql.create, append(args, acq.LockID)...)
 		return mapWriteError(err, k.what, *c.name)
 	})
 	if err != nil {
-		return zero, err
+		return zero, none, err
 	}
 	if denied != nil {
-		return zero, denied
+		return zero, acq, denied
 	}
-	return r, nil
+	return r, acq, nil
 }
 
 func anys(ss []string) []any {
@@ -466,30 +485,52 @@ func list[T row](ctx context.Context, s *Service, k *kind, tenantID string, page
 // lock if nothing else references it. A change that changes nothing
 // returns the row unchanged.
 func update[T row](ctx context.Context, s *Service, k *kind, tenantID, id string, c change) (T, error) {
-	var r T
+	var (
+		r   T
+		out updated
+	)
 	err := s.locks.Keyed(ctx, func(keying *locks.Keying) error {
 		var err error
-		r, err = updateKeyed[T](ctx, s, k, keying, tenantID, id, c)
+		r, out, err = updateKeyed[T](ctx, s, k, keying, tenantID, id, c)
 		return err
 	})
+	// Counted once the transaction committed.
+	m := s.locks.Metrics()
+	switch {
+	case out.claimed && (err == nil || out.acq.Owner != ""):
+		m.Claimed(out.acq)
+	case c.repoURL != nil && repolock.IsCode(err, repolock.EInvalid):
+		m.Invalid()
+	}
+	if err == nil && out.released {
+		m.Released(1)
+	}
 	return r, err
 }
 
-func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.Keying, tenantID, id string, c change) (T, error) {
+// updated is what an update decided about locks: whether it claimed a
+// repository (and the claim's outcome) and released the old lock.
+type updated struct {
+	claimed, released bool
+	acq               locks.Acquisition
+}
+
+func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.Keying, tenantID, id string, c change) (T, updated, error) {
 	var zero T
 	if !validID(id) {
-		return zero, k.notFound(id)
+		return zero, updated{}, k.notFound(id)
 	}
 	key, stored, err := k.validate(keying.Current, c)
 	if err != nil {
-		return zero, err
+		return zero, updated{}, err
 	}
 	var (
 		r      T
 		denied error
+		out    updated
 	)
 	err = s.db.WithTx(ctx, func(tx database.Tx) error {
-		denied = nil
+		denied, out = nil, updated{}
 		// Lock the row and then, in a new statement (so with a snapshot
 		// taken after any concurrent change to it committed), read it with
 		// its reference. Every change to a row's reference happens under
@@ -520,14 +561,15 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 			if err != nil {
 				return err
 			}
-			lockID, deny, err := s.acquire(ctx, tx, tenantID, claim)
+			acq, deny, err := s.acquire(ctx, tx, tenantID, claim)
 			if err != nil {
 				return err
 			}
+			out.claimed, out.acq = true, acq
 			if denied = deny; denied != nil {
 				return nil // commit the denial event; nothing else was written
 			}
-			next.lockID = lockID
+			next.lockID = acq.LockID
 		} else if next.repoURL != was.repoURL {
 			// Another spelling of the same key: no claim, but the key is
 			// this replica's, so the rules it keyed under must still be
@@ -542,17 +584,18 @@ func updateKeyed[T row](ctx context.Context, s *Service, k *kind, keying *locks.
 			return mapWriteError(err, k.what, next.name)
 		}
 		if next.lockID != was.lockID {
-			return s.moveReference(ctx, tx, k, id, was.lockID, next.lockID)
+			out.released, err = s.moveReference(ctx, tx, k, id, was.lockID, next.lockID)
+			return err
 		}
 		return nil
 	})
 	if err != nil {
-		return zero, err
+		return zero, out, err
 	}
 	if denied != nil {
-		return zero, denied
+		return zero, out, denied
 	}
-	return r, nil
+	return r, out, nil
 }
 
 func setIf(dst *string, v *string) {
@@ -575,16 +618,15 @@ func (s *Service) lockRow(ctx context.Context, tx database.Tx, k *kind, tenantID
 // reference if it was missing) and releases oldLock if nothing else uses it.
 // The caller holds the row lock and FOR KEY SHARE on newLock (from
 // AcquireTx).
-func (s *Service) moveReference(ctx context.Context, tx database.Tx, k *kind, id, oldLock, newLock string) error {
-	_, err := tx.ExecContext(ctx, k.sql.setRef, id, newLock)
+func (s *Service) moveReference(ctx context.Context, tx database.Tx, k *kind, id, oldLock, newLock string) (released bool, err error) {
+	_, err = tx.ExecContext(ctx, k.sql.setRef, id, newLock)
 	if err != nil {
-		return database.MapError(err)
+		return false, database.MapError(err)
 	}
 	if oldLock == "" {
-		return nil
+		return false, nil
 	}
-	_, err = s.locks.Release(ctx, tx, oldLock)
-	return err
+	return s.locks.Release(ctx, tx, oldLock)
 }
 
 // deletedRow is a row of a kind's delete statement.
@@ -603,7 +645,9 @@ func (s *Service) remove(ctx context.Context, k *kind, tenantID, id string) erro
 	if !validID(id) {
 		return k.notFound(id)
 	}
-	return s.db.WithTx(ctx, func(tx database.Tx) error {
+	var released int64
+	err := s.db.WithTx(ctx, func(tx database.Tx) error {
+		released = 0
 		if err := s.lockRow(ctx, tx, k, tenantID, id); err != nil {
 			return err
 		}
@@ -614,10 +658,18 @@ func (s *Service) remove(ctx context.Context, k *kind, tenantID, id string) erro
 		}
 		for _, r := range refs {
 			d := locks.Deleted{ID: id, Name: r.Name, TenantID: r.TenantID, Key: r.Key}
-			if _, err := s.locks.ReleaseRef(ctx, tx, r.LockID, k.ref, d); err != nil {
+			ok, err := s.locks.ReleaseRef(ctx, tx, r.LockID, k.ref, d)
+			if err != nil {
 				return err
+			}
+			if ok {
+				released++
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		s.locks.Metrics().Released(released)
+	}
+	return err
 }

@@ -61,5 +61,6 @@ func (s *Service) DeleteTenant(ctx context.Context, name string) (_ TenantDeleti
 	if err != nil {
 		return TenantDeletion{}, err
 	}
+	s.locks.Metrics().ReleasedWithTenant(d.LocksReleased)
 	return d, nil
 }

@@ -15,7 +15,10 @@ type chart struct {
 	Total  int64
 	Max    int64
 	Series []series
-	SVG    template.HTML
+	// SVG is drawn for a wide page; SVGNarrow for a phone (390 px): a
+	// narrower, taller viewBox, so that the labels keep their size when
+	// the chart is scaled to the page (the stylesheet shows one of them).
+	SVG, SVGNarrow template.HTML
 }
 
 type series struct {
@@ -57,24 +60,37 @@ func hourChart(title string, hourNow int64, n int, kinds []string, rows []hourCo
 	for k, kind := range kinds {
 		ch.Series = append(ch.Series, series{Name: kind, Class: "s-" + kind, Total: totals[k]})
 	}
-	ch.SVG = drawBars(title, first, n, kinds, buckets, ch.Max)
+	ch.SVG = drawBars(title, first, n, kinds, buckets, ch.Max, wide)
+	ch.SVGNarrow = drawBars(title, first, n, kinds, buckets, ch.Max, narrow)
 	return ch
 }
 
-// drawBars draws the bars in a viewBox that scales to the page width.
-func drawBars(title string, first int64, n int, kinds []string, buckets [][]int64, maxSum int64) template.HTML {
+// chartSize is a chart's viewBox.
+type chartSize struct{ w, h float64 }
+
+var (
+	wide   = chartSize{1000, 150}
+	narrow = chartSize{400, 190}
+)
+
+// drawBars draws the bars in a viewBox of size that scales to the page
+// width.
+func drawBars(title string, first int64, n int, kinds []string, buckets [][]int64, maxSum int64, size chartSize) template.HTML {
 	const (
-		w      = 1000.0
-		h      = 150.0
 		top    = 12.0
 		bottom = 22.0
 		left   = 36.0
 	)
+	w, h := size.w, size.h
 	plotH := h - top - bottom
 	barW := (w - left) / float64(n)
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
-		w, h, template.HTMLEscapeString(title))
+	class := "chart"
+	if size == narrow {
+		class = "chart narrow"
+	}
+	fmt.Fprintf(&b, `<svg class="%s" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
+		class, w, h, template.HTMLEscapeString(title))
 	fmt.Fprintf(&b, `<title>%s</title>`, template.HTMLEscapeString(title))
 	scale := maxSum
 	if scale == 0 {
@@ -101,7 +117,7 @@ func drawBars(title string, first int64, n int, kinds []string, buckets [][]int6
 				kinds[k], x+barW*0.1, y, barW*0.8, bh, hourStart.Format("2006-01-02 15:00 UTC"), kinds[k], v)
 		}
 		// Hour labels: every 6 hours on the day chart, every day on the week chart.
-		if x < w-50 && ((n <= 24 && hourStart.Hour()%6 == 0) || (n > 24 && hourStart.Hour() == 0)) {
+		if x < w-40 && ((n <= 24 && hourStart.Hour()%6 == 0) || (n > 24 && hourStart.Hour() == 0)) {
 			label := hourStart.Format("15:00")
 			if n > 24 {
 				label = hourStart.Format("Jan 2")

@@ -146,11 +146,16 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
-// Mount serves the console on e under /ui and /ui/.
+// Mount serves the console on e under /ui and /ui/, and makes it the
+// server's home page: GET / redirects (302) to /ui/, so a newcomer who
+// opens the address `make run` printed finds the console, not a JSON 404.
 func (c *Console) Mount(e *echo.Echo) {
 	h := echo.WrapHandler(c)
 	e.Any(Prefix, h)
 	e.Any(Prefix+"/*", h)
+	home := func(ec echo.Context) error { return ec.Redirect(http.StatusFound, Prefix+"/") }
+	e.GET("/", home)
+	e.HEAD("/", home)
 }
 
 func (c *Console) now() time.Time { return c.cfg.Now().UTC() }
@@ -184,6 +189,7 @@ func (c *Console) routes() {
 	c.handleFunc("POST /ui/handovers/{id}/withdraw", c.auth(c.withdrawHandover))
 	c.handleFunc("GET /ui/tenants", c.auth(c.tenantsPage))
 	c.handleFunc("POST /ui/tenants", c.auth(c.createTenant))
+	c.handleFunc("GET /ui/tenants/{name}/revoke", c.auth(c.confirmRevoke))
 	c.handleFunc("POST /ui/tenants/{name}/revoke", c.auth(c.revokeTokens))
 	c.handleFunc("GET /ui/tenants/{name}/delete", c.auth(c.confirmDelete))
 	c.handleFunc("POST /ui/tenants/{name}/delete", c.auth(c.deleteTenant))

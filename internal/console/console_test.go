@@ -293,7 +293,7 @@ func TestSecurityHeadersOnEveryPage(t *testing.T) {
 	for _, tc := range []struct{ method, path, allow string }{
 		{http.MethodGet, "/ui/logout", "POST"},
 		{http.MethodGet, "/ui/gc/dry-run", "POST"},
-		{http.MethodGet, "/ui/tenants/alice/revoke", "POST"},
+		{http.MethodPut, "/ui/tenants/alice/revoke", "GET, HEAD, POST"},
 		{http.MethodDelete, "/ui/tenants", "GET, HEAD, POST"},
 		{http.MethodPut, "/ui/ownership", "GET, HEAD"},
 	} {
@@ -385,7 +385,7 @@ func TestCSRFRefused(t *testing.T) {
 		form url.Values
 	}{
 		{"/ui/tenants", url.Values{"name": {"mallory"}}},
-		{"/ui/tenants/alice/revoke", url.Values{}},
+		{"/ui/tenants/alice/revoke", url.Values{"confirm": {"alice"}}},
 		{"/ui/tenants/alice/delete", url.Values{"confirm": {"alice"}}},
 		{"/ui/gc/dry-run", url.Values{}},
 		{"/ui/gc/run", url.Values{}},
@@ -467,14 +467,27 @@ func TestOverview(t *testing.T) {
 		`<svg class="chart"`,
 	)
 	// One bar per non-empty hour and kind: 1 on the denial chart, 2 on the
-	// week chart (acquired and denied, same hour).
-	if n := strings.Count(r.Body, `<rect class="s-`); n != 3 {
-		t.Errorf("%d bars, want 3", n)
+	// week chart (acquired and denied, same hour); each chart is drawn
+	// twice, wide and narrow (for a phone).
+	if n := strings.Count(r.Body, `<rect class="s-`); n != 6 {
+		t.Errorf("%d bars, want 6", n)
 	}
-	// The last GC run shows once there is one.
+	if n := strings.Count(r.Body, `<svg class="chart narrow" viewBox="0 0 400 190"`); n != 2 {
+		t.Errorf("%d narrow charts, want 2", n)
+	}
+	// "Last GC run" is the last real run (issue 30: it showed a dry run),
+	// and says when a dry run came after it.
 	wantStatus(t, b.post("/ui/gc/dry-run", form(b.csrf())), http.StatusOK)
 	r = b.get("/ui/")
-	wantContains(t, r, `<span class="badge st-succeeded">succeeded</span> <span class="badge">dry run</span>`)
+	wantContains(t, r, "No GC run is recorded yet (only dry runs).", `id="later-dry-run"`, "A dry run came after it")
+	wantNotContains(t, r, `<span class="badge st-succeeded">succeeded</span>`)
+	wantStatus(t, b.post("/ui/gc/run", form(b.csrf())), http.StatusOK)
+	r = b.get("/ui/")
+	wantContains(t, r, `<p id="last-gc-run"><span class="badge st-succeeded">succeeded</span>`)
+	wantNotContains(t, r, `id="later-dry-run"`)
+	wantStatus(t, b.post("/ui/gc/dry-run", form(b.csrf())), http.StatusOK)
+	r = b.get("/ui/")
+	wantContains(t, r, `<p id="last-gc-run"><span class="badge st-succeeded">succeeded</span>`, `id="later-dry-run"`)
 }
 
 func TestOwnership(t *testing.T) {
@@ -579,7 +592,7 @@ func TestDenials(t *testing.T) {
 	if n := strings.Count(r.Body, `<td>alice</td></tr>`); n != 3 {
 		t.Errorf("%d denial rows shown, want 3", n)
 	}
-	if n := strings.Count(r.Body, `<td class="count">2</td><td>bob</td><td><a href="/ui/ownership?url=github.com%2forg%2frepo">`); n != 1 {
+	if n := strings.Count(r.Body, `<td class="times">2</td><td>bob</td><td><a href="/ui/ownership?url=github.com%2forg%2frepo">`); n != 1 {
 		t.Errorf("bob's two denials of org/repo: %d coalesced rows with count 2, want 1\n%s", n, r.Body)
 	}
 	r = b.get("/ui/denials?requester=bob&since=24h")
@@ -774,8 +787,21 @@ func TestTenants(t *testing.T) {
 	wantStatus(t, r, http.StatusBadRequest)
 	wantContains(t, r, "user name must be 1-63 characters", `value="Not Valid"`)
 
-	// Revoke.
-	r = b.post("/ui/tenants/alice/revoke", form(csrf))
+	// Revoke: asks for the name first, as delete does (issue 30).
+	r = b.get("/ui/tenants")
+	wantContains(t, r, `<a class="button" href="/ui/tenants/alice/revoke">Revoke tokens…</a>`)
+	r = b.get("/ui/tenants/alice/revoke")
+	wantStatus(t, r, http.StatusOK)
+	wantContains(t, r, "ends its 1 active token(s) at once", `name="confirm"`)
+	for _, confirm := range []string{"", "alic", "bob"} {
+		r = b.post("/ui/tenants/alice/revoke", form(csrf, "confirm", confirm))
+		wantStatus(t, r, http.StatusBadRequest)
+		wantContains(t, r, "Type the tenant&#39;s name to confirm.")
+	}
+	if _, err := e.tenants.Authenticate(ctx, m[1]); err != nil {
+		t.Fatalf("an unconfirmed revoke revoked: %v", err)
+	}
+	r = b.post("/ui/tenants/alice/revoke", form(csrf, "confirm", "alice"))
 	wantStatus(t, r, http.StatusOK)
 	wantContains(t, r, "Revoked 1 token(s) of alice.")
 	// A link cannot make the page print a notice.
@@ -785,7 +811,10 @@ func TestTenants(t *testing.T) {
 	if _, err := e.tenants.Authenticate(ctx, m[1]); !repolock.IsCode(err, repolock.EUnauthenticated) {
 		t.Fatalf("revoked token still works: %v", err)
 	}
-	wantStatus(t, b.post("/ui/tenants/nobody/revoke", form(csrf)), http.StatusNotFound)
+	wantStatus(t, b.post("/ui/tenants/nobody/revoke", form(csrf, "confirm", "nobody")), http.StatusNotFound)
+	wantStatus(t, b.get("/ui/tenants/nobody/revoke"), http.StatusNotFound)
+	// No active tokens left: the action is shown disabled.
+	wantContains(t, b.get("/ui/tenants"), `<button type="button" disabled title="no active tokens">Revoke tokens…</button>`)
 
 	// Delete: the confirmation names what will be released.
 	e.mustApp(u.ID, "web", "https://github.com/org/web")
@@ -1058,4 +1087,20 @@ func TestTransferForm(t *testing.T) {
 			t.Errorf("%s's page has no %s handover", tc.tenant, tc.dir)
 		}
 	}
+}
+
+// TestHomeRedirectsToConsole: / is the console's door (issue 30: it was a
+// JSON 404), for GET and HEAD; the redirect is not permanent.
+func TestHomeRedirectsToConsole(t *testing.T) {
+	e := newEnv(t)
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, _ := http.NewRequest(method, e.srv.URL+"/", nil)
+		r := e.browser().do(req)
+		wantStatus(t, r, http.StatusFound)
+		if got := r.Header.Get("Location"); got != "/ui/" {
+			t.Errorf("%s /: Location %q, want /ui/", method, got)
+		}
+	}
+	// Only / itself: other unknown paths stay 404.
+	wantStatus(t, e.browser().get("/nothing-here"), http.StatusNotFound)
 }

@@ -161,13 +161,21 @@ func (d *data) eventsPerHour(ctx context.Context, events []string, since time.Ti
 	return rows, database.MapError(err)
 }
 
-// lastRun is the newest recorded GC run, or nil.
-func (d *data) lastRun(ctx context.Context) (*gc.Run, error) {
-	runs, _, err := d.collector.ListRuns(ctx, 1, "")
-	if err != nil || len(runs) == 0 {
-		return nil, err
+// lastRun is the newest recorded real (not dry) GC run, or nil, and the
+// newest dry run when it started after that one (nil otherwise): the
+// overview reports what the GC did, and says when a dry run came since.
+func (d *data) lastRun(ctx context.Context) (real, laterDry *gc.Run, err error) {
+	if real, err = d.collector.LastRun(ctx, false); err != nil {
+		return nil, nil, err
 	}
-	return &runs[0], nil
+	dry, err := d.collector.LastRun(ctx, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dry != nil && (real == nil || dry.StartedAt.After(real.StartedAt)) {
+		laterDry = dry
+	}
+	return real, laterDry, nil
 }
 
 // ---- ownership ----

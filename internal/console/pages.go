@@ -97,10 +97,12 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) {
 // ---- overview ----
 
 type overviewView struct {
-	Counts  counts
-	LastRun *gc.Run
-	Denials chart
-	Events  chart
+	Counts counts
+	// LastRun is the newest real GC run; LaterDryRun the newest dry run
+	// when it came after it.
+	LastRun, LaterDryRun *gc.Run
+	Denials              chart
+	Events               chart
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
@@ -111,7 +113,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, err)
 		return
 	}
-	last, err := c.data.lastRun(ctx)
+	last, laterDry, err := c.data.lastRun(ctx)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -130,10 +132,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "overview", s, view{Title: "Overview", Nav: "overview", Refresh: 30, Events: c.eventsURL(), Body: overviewView{
-		Counts:  cnt,
-		LastRun: last,
-		Denials: hourChart("Denials per hour, last 24 hours", hourNow, 24, []string{locks.EventDenied}, den),
-		Events:  hourChart("Lock events per hour, last 7 days", hourNow, 168, kinds, ev),
+		Counts:      cnt,
+		LastRun:     last,
+		LaterDryRun: laterDry,
+		Denials:     hourChart("Denials per hour, last 24 hours", hourNow, 24, []string{locks.EventDenied}, den),
+		Events:      hourChart("Lock events per hour, last 7 days", hourNow, 168, kinds, ev),
 	}})
 }
 
@@ -561,8 +564,29 @@ func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s *sessio
 	c.renderTenants(w, r, s, http.StatusCreated, v, view{})
 }
 
+// confirmRevoke asks for the tenant's name before its tokens are revoked,
+// as delete does: revoking cuts off every client of the tenant at once.
+func (c *Console) confirmRevoke(w http.ResponseWriter, r *http.Request, s *session) {
+	c.renderConfirmRevoke(w, r, s, http.StatusOK, view{})
+}
+
+func (c *Console) renderConfirmRevoke(w http.ResponseWriter, r *http.Request, s *session, status int, page view) {
+	t, err := c.data.tenant(r.Context(), r.PathValue("name"))
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	page.Title, page.Nav, page.Body = "Revoke the tokens of "+t.Name, "tenants", t
+	c.render(w, r, status, "revoke", s, page)
+}
+
+// revokeTokens needs the tenant's name typed again as confirmation.
 func (c *Console) revokeTokens(w http.ResponseWriter, r *http.Request, s *session) {
 	name := r.PathValue("name")
+	if r.PostFormValue("confirm") != name {
+		c.renderConfirmRevoke(w, r, s, http.StatusBadRequest, view{Error: "Type the tenant's name to confirm."})
+		return
+	}
 	n, err := c.data.revokeTokens(r.Context(), name)
 	if err != nil {
 		c.fail(w, r, s, err)

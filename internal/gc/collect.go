@@ -205,6 +205,7 @@ func (c *Collector) collectPass(ctx context.Context, query string, full bool, op
 		r.Cleared += cleared
 		r.Flagged += flagged
 		c.metrics.observeCollected(deleted)
+		c.locks.Metrics().Collected(deleted)
 		cursor = b.Cursor.String
 		if b.Found < opts.BatchSize {
 			return nil

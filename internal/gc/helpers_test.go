@@ -40,7 +40,7 @@ func svc(db *database.DB) *services {
 	defer servicesMu.Unlock()
 	s, ok := servicesOf[db]
 	if !ok {
-		l := locks.New(db, locks.Fixed(normalize.Default()))
+		l := locks.New(db, locks.Fixed(normalize.Default()), nil)
 		s = &services{tenants: tenants.New(db, nil), locks: l, apps: apps.New(db, l)}
 		servicesOf[db] = s
 	}

@@ -176,6 +176,25 @@ func (c *Collector) ListRuns(ctx context.Context, limit int, pageToken string) (
 	return runs, next, nil
 }
 
+// LastRun returns the newest recorded run (any kind) that is a dry run
+// when dryRun is true, a real one when false; nil when none is recorded.
+// It walks the runs newest first (gc_runs_started_at_idx): retention bounds
+// the table.
+func (c *Collector) LastRun(ctx context.Context, dryRun bool) (_ *Run, err error) {
+	defer repolock.WrapOp(&err, "gc.LastRun")
+	var rr runRow
+	err = c.db.GetContext(ctx, &rr, `SELECT `+runColumns+` FROM gc_runs
+		WHERE dry_run = $1 ORDER BY started_at DESC, id DESC LIMIT 1`, dryRun)
+	if database.IsNoRows(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, database.MapError(err)
+	}
+	r := rr.run()
+	return &r, nil
+}
+
 // GetRun returns one recorded run.
 func (c *Collector) GetRun(ctx context.Context, id string) (_ Run, err error) {
 	defer repolock.WrapOp(&err, "gc.GetRun")

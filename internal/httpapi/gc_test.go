@@ -89,6 +89,7 @@ func TestGCAPI(t *testing.T) {
 	_, _, metrics := e.raw(http.MethodGet, "/metrics", "", "", nil)
 	for _, want := range []string{
 		"repolock_gc_collected_locks_total 2",
+		"repolock_locks_collected_total 2", // the dry run counts nothing
 		`repolock_gc_runs_total{dry_run="false",kind="gc",result="skipped"} 1`,
 		`repolock_gc_runs_total{dry_run="false",kind="gc",result="succeeded"} 1`,
 		`repolock_gc_runs_total{dry_run="true",kind="gc",result="succeeded"} 1`,

@@ -26,6 +26,9 @@ type httpMetrics struct {
 	rateChecked  *prometheus.CounterVec
 	rateRejected *prometheus.CounterVec
 	limited      sync.Map // tenant ID -> struct{}
+	// rateLimited counts every refusal of the rate limit, whatever the
+	// tenant: present at 0 from start-up, one atomic add per refusal.
+	rateLimited prometheus.Counter
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -47,8 +50,12 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Name: "repolock_rate_limit_rejected_requests_total",
 			Help: "Requests the per-tenant rate limit refused (429), by tenant ID.",
 		}, []string{"tenant"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "repolock_rate_limited_total",
+			Help: "Requests the per-tenant rate limit refused (429), all tenants: present at 0 from start-up.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rateChecked, m.rateRejected} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.rateChecked, m.rateRejected, m.rateLimited} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("httpapi: register the HTTP metrics: %w", err)
 		}
@@ -59,6 +66,7 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 // observeRateLimit counts one decision of the rate limit for tenantID.
 func (m *httpMetrics) observeRateLimit(tenantID string, refused bool) {
 	if refused {
+		m.rateLimited.Inc()
 		m.limited.LoadOrStore(tenantID, struct{}{})
 		m.rateRejected.WithLabelValues(tenantID).Inc()
 	} else if _, ok := m.limited.Load(tenantID); !ok {

@@ -105,7 +105,7 @@ func TestLinearizableHistory(t *testing.T) {
 	n.Start()
 	t.Cleanup(n.Close)
 	<-n.Connected()
-	target := inProcess{t: t, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default())), n),
+	target := inProcess{t: t, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), n),
 		store: kv.NewPostgres(db), tenant: dbtest.NewTenant(t, db, "").ID}
 	killer, err := database.Open(context.Background(), url, database.PoolConfig{MaxOpenConns: 1, MaxIdleConns: 1})
 	if err != nil {

@@ -38,7 +38,7 @@ func newEnv(t *testing.T) env {
 	case <-time.After(30 * time.Second):
 		t.Fatal("notifier did not connect")
 	}
-	return env{db: db, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default())), n), notify: n}
+	return env{db: db, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), n), notify: n}
 }
 
 // expire ends the key's lease now by the database's clock, as if its TTL

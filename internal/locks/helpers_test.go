@@ -13,7 +13,7 @@ import (
 // rules. Build one per pool (it owns the pool's acquire Batcher); the
 // pool's BatchStallAfter (dbtest.Pool) applies: New makes the Batcher.
 func newLocks(db *database.DB) *locks.Service {
-	return locks.New(db, locks.Fixed(normalize.Default()))
+	return locks.New(db, locks.Fixed(normalize.Default()), nil)
 }
 
 // release runs ls.Release in a transaction of its own and commits it: a

@@ -110,7 +110,7 @@ func TestStaleGenerationClaimRefused(t *testing.T) {
 		t.Fatal("the stored generation is 0, which the guard lets through")
 	}
 	rules := newTestRules(&locks.Keying{Current: normalize.Default(), Generation: g}, nil) // Reload changes nothing
-	ls := locks.New(db, rules)
+	ls := locks.New(db, rules, nil)
 	const url = "https://github.com/acme/stale.git"
 	if g2 := bumpGeneration(t, db); g2 != g+1 {
 		t.Fatalf("generation %d after the bump, want %d", g2, g+1)
@@ -184,7 +184,7 @@ func TestKeyedRerunsUnderReloadedRules(t *testing.T) {
 	alice := dbtest.NewTenant(t, db, "alice")
 	g := storedGeneration(t, db)
 	rules := newTestRules(&locks.Keying{Current: normalize.Default(), Generation: g}, loadGeneration(db))
-	ls := locks.New(db, rules)
+	ls := locks.New(db, rules, nil)
 	bumpGeneration(t, db)
 
 	acq, err := ls.Acquire(ctx, alice.ID, "https://github.com/acme/rerun-pool.git")
@@ -255,7 +255,7 @@ func TestRulesChangeHoldsOffClaims(t *testing.T) {
 	// One service on the pool (it owns the pool's Batcher); each subtest
 	// starts keyed under the stored generation.
 	rules := newTestRules(&locks.Keying{Current: normalize.Default()}, loadGeneration(db))
-	ls := locks.New(db, rules)
+	ls := locks.New(db, rules, nil)
 	keyedNow := func(t *testing.T) int64 {
 		t.Helper()
 		g := storedGeneration(t, db)
@@ -365,7 +365,7 @@ func TestShadowKeysDecideClaims(t *testing.T) {
 	if err != nil || c.Key() != currentKey || len(c.Shadows()) != 1 || c.Shadows()[0] != shadowKey {
 		t.Fatalf("claim of %s: key %q shadows %q (%v), want %q and [%q]", url, c.Key(), c.Shadows(), err, currentKey, shadowKey)
 	}
-	ls := locks.New(db, newTestRules(k, nil))
+	ls := locks.New(db, newTestRules(k, nil), nil)
 	shadowLock := dbtest.NewLock(t, db, alice.ID, string(shadowKey), 0)
 
 	// Bob, on the pool: denied by alice.
@@ -478,7 +478,7 @@ func TestGuardSharedAcrossConcurrentClaims(t *testing.T) {
 	db := dbtest.New(t)
 	alice := dbtest.NewTenant(t, db, "alice")
 	rules := newTestRules(&locks.Keying{Current: normalize.Default(), Generation: storedGeneration(t, db)}, nil)
-	ls := locks.New(db, rules)
+	ls := locks.New(db, rules, nil)
 	bumpGeneration(t, db)
 	var wg sync.WaitGroup
 	errs := make([]error, 16)
@@ -530,7 +530,7 @@ func TestRulesV2ToV3OneOwner(t *testing.T) {
 		VALUES ($1, 2, $2) RETURNING id`, k2, alice.ID); err != nil {
 		t.Fatal(err)
 	}
-	ls := locks.New(db, newTestRules(&locks.Keying{Current: normalize.Default(), Shadows: []*normalize.Normalizer{v2}}, nil))
+	ls := locks.New(db, newTestRules(&locks.Keying{Current: normalize.Default(), Shadows: []*normalize.Normalizer{v2}}, nil), nil)
 	for _, u := range []string{scp, ssh} {
 		acq, err := ls.Acquire(ctx, bob.ID, u)
 		if err != nil || acq.Acquired || acq.Owner != "alice" || acq.Key != "h.example/o/te%2573t" {

@@ -338,6 +338,9 @@ type Acquisition struct {
 	LockID string
 	// Acquired is false when another tenant owns the URL.
 	Acquired bool
+	// New is true when the claim created the lock, false when the caller
+	// already owned it (or was refused).
+	New bool
 	// Owner is the owning tenant's name when not Acquired: the lock's
 	// owner, or the reserving tenant when ReservedPrefix is set.
 	Owner string
@@ -389,7 +392,7 @@ func RuleSetVersion(v int) string { return strconv.Itoa(v) }
 // concurrent acquires share (group commit).
 //
 //   - The repository is free: a lock is created (and an "acquired" event
-//     recorded); it returns {Key, LockID: id, Acquired: true}.
+//     recorded); it returns {Key, LockID: id, Acquired: true, New: true}.
 //   - The caller already owns it: it returns {Key, LockID: existing id,
 //     Acquired: true}.
 //   - Another tenant owns it, under the current key or a shadow key: it
@@ -411,6 +414,13 @@ func (s *Service) Acquire(ctx context.Context, tenantID, raw string) (_ Acquisit
 		acq, err = s.acquire(ctx, s.pool, tenantID, c)
 		return err
 	})
+	// Autocommit: the decision is final here.
+	switch {
+	case err == nil:
+		s.metrics.Claimed(acq)
+	case repolock.IsCode(err, repolock.EInvalid):
+		s.metrics.Invalid()
+	}
 	return acq, err
 }
 
@@ -452,7 +462,7 @@ func (s *Service) acquire(ctx context.Context, q runner, tenantID string, c Clai
 			return Acquisition{}, mapAcquireError(err)
 		}
 		if lockID != "" {
-			return Acquisition{Key: c.key, LockID: lockID, Acquired: true}, nil
+			return Acquisition{Key: c.key, LockID: lockID, Acquired: true, New: true}, nil
 		}
 		// The URL is taken: by the caller, by someone else, or by a lock
 		// being released right now (then both lookups miss and we go round).

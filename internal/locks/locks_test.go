@@ -640,7 +640,7 @@ func TestKeysCheckedUnderServiceRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := locks.New(db, locks.Fixed(rules))
+	ls := locks.New(db, locks.Fixed(rules), nil)
 	alice := dbtest.NewTenant(t, db, "alice")
 	const (
 		url     = "ssh://git@gitlab.example.com:2222/o/r"

@@ -19,23 +19,26 @@ import (
 // does the same there; a method that takes a database.Querier runs
 // unchanged on either.
 type Service struct {
-	db    *database.DB
-	rules Rules
+	db      *database.DB
+	rules   Rules
+	metrics *Metrics // nil: decisions are not counted
 	// pool runs the acquire's statements on db: the insert through the
 	// Batcher, the look-ups as prepared statements.
 	pool onPool
 }
 
 // New returns the locks service on db, keying and checking keys under
-// rules (the deployment's rules, with its configured aliases). Both are
-// required: a missing one is a wiring error and panics at start-up. It
+// rules (the deployment's rules, with its configured aliases), counting
+// its decisions on metrics. db and rules are required: a missing one is a
+// wiring error and panics at start-up; metrics is optional (nil: nothing
+// counted). It
 // builds the pool's acquire Batcher ("locks.insertLocks"): one service per
 // pool (a second panics).
-func New(db *database.DB, rules Rules) *Service {
+func New(db *database.DB, rules Rules, metrics *Metrics) *Service {
 	if db == nil || rules == nil {
 		panic("locks.New: a pool and the keying rules are required")
 	}
-	s := &Service{db: db, rules: rules}
+	s := &Service{db: db, rules: rules, metrics: metrics}
 	s.pool = onPool{db: db, insert: database.NewBatcher(db, "locks.insertLocks", database.BatchConfig[newLock]{
 		Keys: func(l newLock) []string { return []string{l.key} },
 	}, func(ctx context.Context, in []newLock) ([]string, error) {
@@ -50,6 +53,11 @@ func New(db *database.DB, rules Rules) *Service {
 // component that keys a URL takes its rules from here, so none can key
 // under other rules than the locks check keys under.
 func (s *Service) Rules() *normalize.Normalizer { return s.rules.Keying().Current }
+
+// Metrics returns the decision counters the service was built with (nil:
+// none): the callers of AcquireTx, Release and DeleteUnreferenced count
+// their committed decisions on them.
+func (s *Service) Metrics() *Metrics { return s.metrics }
 
 // Keying returns the rules claims are keyed and checked under now (Keyed
 // runs a claim under them).

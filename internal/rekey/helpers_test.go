@@ -45,7 +45,7 @@ func svcWith(db *database.DB, rules locks.Rules) *services {
 		if err != nil {
 			panic(err)
 		}
-		l := locks.New(db, rules)
+		l := locks.New(db, rules, nil)
 		s = &services{locks: l, apps: apps.New(db, l), rekey: rekey.New(db, l, m)}
 		servicesOf[db] = s
 	}

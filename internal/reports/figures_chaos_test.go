@@ -53,7 +53,7 @@ func TestOwnershipFiguresChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := locks.New(db, src)
+	ls := locks.New(db, src, nil)
 	as := apps.New(db, ls)
 	rk := rekey.New(db, ls, m)
 	rs := reports.New(db)

@@ -50,7 +50,7 @@ func TestOwnershipFiguresEveryPath(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	ls := locks.New(db, locks.Fixed(normalize.Default()))
+	ls := locks.New(db, locks.Fixed(normalize.Default()), nil)
 	as := apps.New(db, ls)
 	rs := reports.New(db)
 	collector := gc.New(db, ls, gc.Config{Holder: "figures", Logger: slog.New(slog.DiscardHandler)})
@@ -266,7 +266,7 @@ func TestFoldRace(t *testing.T) {
 	noDrift(t, rs, "after the race")
 
 	// And many folds at once against many writers.
-	ls := locks.New(db, locks.Fixed(normalize.Default()))
+	ls := locks.New(db, locks.Fixed(normalize.Default()), nil)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var folded atomic.Int64

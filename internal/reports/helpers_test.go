@@ -46,7 +46,7 @@ func svc(db *database.DB) *services {
 	defer servicesMu.Unlock()
 	s, ok := servicesOf[db]
 	if !ok {
-		s = &services{locks: locks.New(db, locks.Fixed(normalize.Default())), reports: reports.New(db)}
+		s = &services{locks: locks.New(db, locks.Fixed(normalize.Default()), nil), reports: reports.New(db)}
 		servicesOf[db] = s
 	}
 	return s

@@ -47,7 +47,7 @@ var reports = []Report{
 	{Name: "gc_runs", View: "report_gc_runs", orderBy: "started_at DESC, run_id DESC",
 		Description: "recorded GC and clean runs, newest first"},
 	{Name: "normalizer_versions", View: "report_normalizer_versions", orderBy: "normalizer_version, normalizer_rules",
-		Description: "locks per normalizer version (older ones are re-keyed by `api rekey`; the alias fingerprint column is empty for locks keyed since rules v3)"},
+		Description: "locks per normalizer version (older ones are re-keyed by `repolock rekey`; the alias fingerprint column is empty for locks keyed since rules v3)"},
 	{Name: "rekey_conflicts", View: "report_rekey_conflicts", orderBy: "detected_at, conflict_id",
 		Description: "open re-keying conflicts and rejected URLs: both tenants, both URLs, the new key"},
 	{Name: "transfers", View: "report_transfers", orderBy: "at DESC, event_id DESC",

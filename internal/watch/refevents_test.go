@@ -25,7 +25,7 @@ func TestApplicationAndCredentialEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, url := dbtest.NewWithURL(t)
-	svc := apps.New(db, locks.New(db, locks.Fixed(normalize.Default())))
+	svc := apps.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil))
 	alice, bob := dbtest.NewTenant(t, db, "alice"), dbtest.NewTenant(t, db, "bob")
 	aliceSc, bobSc := watch.Scope{TenantID: alice.ID}, watch.Scope{TenantID: bob.ID}
 	fromDB := newService(db, "") // never started: every read is a database read

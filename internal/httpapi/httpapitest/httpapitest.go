@@ -55,7 +55,11 @@ func Config(tb testing.TB, db *database.DB, logger *slog.Logger, adminToken stri
 		tb.Fatal(err)
 	}
 	ts := tenants.New(db, nil)
-	ls := locks.New(db, aliases)
+	lm, err := locks.NewMetrics(reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ls := locks.New(db, aliases, lm)
 	cleaner := repostate.NewCleaner(db, repostate.CleanerConfig{Logger: logger, TenantExists: ts.Exists})
 	// The watch polls (a test server has no LISTEN connection URL), often.
 	w := watch.New(db, watch.Config{Retention: gc.DefaultEventRetention, PollInterval: 20 * time.Millisecond, Logger: logger})

@@ -36,7 +36,7 @@ func TestFencedWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	ls := leases.New(db, locks.New(db, locks.Fixed(normalize.Default())), nil)
+	ls := leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), nil)
 	store := kv.NewPostgres(db)
 	tenant := dbtest.NewTenant(t, db, "").ID
 	pk, key := []byte("p"), []byte("k")
@@ -96,7 +96,7 @@ func TestFencedWritesConcurrent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
-	ls := leases.New(db, locks.New(db, locks.Fixed(normalize.Default())), nil)
+	ls := leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), nil)
 	store := kv.NewPostgres(db)
 	tenant := dbtest.NewTenant(t, db, "").ID
 	const guard, writers = "sync/hosts/h", 12

@@ -1,7 +1,7 @@
-package tests
+package ui
 
 // The console's browser tests: headless Chromium (driven with chromedp)
-// against the real `api serve` binary and a real database, through the same
+// against the real `repolock serve` binary and a real database, through the same
 // harness as every end-to-end test. They run only when REPOLOCK_UI_TEST=1
 // (make test-ui sets it after scripts/ensure-chromium.sh found or installed
 // a Chromium), so a plain `go test ./...` needs no browser.
@@ -34,7 +34,7 @@ func chromiumPath() string {
 
 // artifactsDir is $ARTIFACTS/ui or .artifacts/ui at the repository root.
 func artifactsDir(t *testing.T) string {
-	dir := filepath.Join("..", ".artifacts", "ui")
+	dir := filepath.Join(repoRoot, ".artifacts", "ui")
 	if a := os.Getenv("ARTIFACTS"); a != "" {
 		dir = filepath.Join(a, "ui")
 	}
@@ -105,6 +105,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	alice := srv.createTenant(t, "alice")
 	bob := srv.createTenant(t, "bob")
 	srv.createTenant(t, "carol")
+	// A display name makes a two-line row on the Tenants page.
+	if st, out := srv.do(t, http.MethodPost, "/v1/admin/users", srv.AdminToken, map[string]any{"name": "dave", "display_name": "Dave's platform team"}); st != http.StatusCreated {
+		t.Fatalf("dave: %d %v", st, out)
+	}
 	if st, out := srv.do(t, http.MethodPost, "/v1/applications", alice, map[string]any{"name": "web", "repo_url": "https://github.com/Org/Repo.git"}); st != http.StatusCreated {
 		t.Fatalf("alice's application: %d %v", st, out)
 	}
@@ -120,7 +124,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("sync events: %d %v", st, out)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a loaded machine: make test-ui gives 10m
 	defer cancel()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(chromium),
@@ -212,8 +216,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#signin")),
 		visible("#count-tenants"),
 	)
-	if n := text("#count-tenants"); n != "3" {
-		t.Errorf("overview shows %q tenants, want 3", n)
+	if n := text("#count-tenants"); n != "4" {
+		t.Errorf("overview shows %q tenants, want 4", n)
 	}
 
 	// One owner whatever the spelling.
@@ -245,6 +249,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	if after := text("#denials tbody"); !strings.Contains(after, "bob") || !strings.Contains(after, "github.com/org/repo") || !strings.Contains(after, "alice") {
 		t.Errorf("the denial does not show: %q", after)
 	}
+	// The "Times" cell is a table cell of its own style (issue 30: it
+	// wore the overview's card: border, radius, block padding).
+	if style := eval(`(function(){var td=document.querySelector("#denials tbody td.times");if(!td)return "missing";var c=getComputedStyle(td);return [c.display,c.textAlign,c.borderTopLeftRadius,c.borderLeftWidth].join(" ")})()`); style != "table-cell right 0px 0px" {
+		t.Errorf("the Times cell: display, text-align, radius, left border = %q, want table-cell right 0px 0px", style)
+	}
+	if n := eval(`document.querySelectorAll("#denials td.count").length`); n != float64(0) {
+		t.Errorf("%v denial cells still use the overview's .count style", n)
+	}
 
 	// Dry run.
 	do("gc dry run", chromedp.Navigate(srv.URL+"/ui/gc"), visible("#dry-run"),
@@ -254,9 +266,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// The overview now has a denial and a GC run.
+	// "Last GC run" is the last real run, and says a dry run came after
+	// it (issue 30: it showed the dry run as the last run).
+	do("overview after a dry run", chromedp.Navigate(srv.URL+"/ui/"), visible("#count-tenants"))
+	if last, later := text("#last-gc-run"), text("#later-dry-run"); !strings.Contains(last, "No GC run is recorded yet (only dry runs)") || !strings.Contains(later, "A dry run came after it") {
+		t.Errorf("overview after a dry run: last %q, later %q", last, later)
+	}
+	do("gc run", chromedp.Navigate(srv.URL+"/ui/gc"), visible("#run-now"), chromedp.Click(chromedp.CSS("#run-now")), visible("#result"))
+	do("overview after a run", chromedp.Navigate(srv.URL+"/ui/"), visible("#count-tenants"))
+	if last := text("#last-gc-run"); !strings.Contains(last, "succeeded") || strings.Contains(last, "dry run") {
+		t.Errorf("overview's last GC run after a real one: %q", last)
+	}
+	if n := eval(`document.querySelectorAll("#later-dry-run").length`); n != float64(0) {
+		t.Errorf("a dry run is said to follow the newest real run")
+	}
+	do("gc dry run again", chromedp.Navigate(srv.URL+"/ui/gc"), visible("#dry-run"), chromedp.Click(chromedp.CSS("#dry-run")), visible("#result"))
 	do("overview", chromedp.Navigate(srv.URL+"/ui/"), visible("#count-tenants"), shot("overview"))
-	if last := text(".card"); !strings.Contains(last, "succeeded") || !strings.Contains(last, "dry run") {
-		t.Errorf("overview's last GC run: %q", last)
+	if last, later := text("#last-gc-run"), text("#later-dry-run"); !strings.Contains(last, "succeeded") || !strings.Contains(later, "A dry run came after it") {
+		t.Errorf("overview after run + dry run: last %q, later %q", last, later)
 	}
 
 	// Reading works with JavaScript disabled: the pages are server-rendered.
@@ -264,7 +291,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []struct{ path, want string }{
-		{"/ui/", `id="count-tenants">3</span>`},
+		{"/ui/", `id="count-tenants">4</span>`},
 		{"/ui/denials", "<td>bob</td>"},
 		{"/ui/ownership?url=HTTPS%3A%2F%2FGITHUB.COM%2Forg%2Frepo%2F", `<strong id="owner">alice</strong>`},
 	} {
@@ -288,6 +315,42 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("needs-index list: %q", needs)
 	}
 	do("tenants", chromedp.Navigate(srv.URL+"/ui/tenants"), visible("#tenants"), shot("tenants"))
+	// The action cell is a table cell (issue 30: display:flex broke the
+	// row's borders): on every row, dave's two-line one included, it ends
+	// where its row ends.
+	if style := eval(`getComputedStyle(document.querySelector("#tenants td.row-actions")).display`); style != "table-cell" {
+		t.Errorf("the Tenants action cell: display %v, want table-cell", style)
+	}
+	if bad := eval(`Array.from(document.querySelectorAll("#tenants tbody tr")).filter(function(r){var c=r.querySelector("td.row-actions");return c && Math.abs(c.getBoundingClientRect().bottom-r.getBoundingClientRect().bottom)>0.5 || c && Math.abs(c.getBoundingClientRect().top-r.getBoundingClientRect().top)>0.5}).length`); bad != float64(0) {
+		t.Errorf("%v Tenants rows whose action cell does not line up with the row", bad)
+	}
+	if h := eval(`(function(){var rows=document.querySelectorAll("#tenants tbody tr");var hs=Array.from(rows).map(function(r){return r.getBoundingClientRect().height});return Math.max.apply(null,hs)>Math.min.apply(null,hs)})()`); h != true {
+		t.Errorf("no two-line row on the Tenants page to check the borders with")
+	}
+
+	// "Revoke tokens" asks for the tenant's name, as delete does (issue 30:
+	// one click revoked every token).
+	do("revoke confirmation", chromedp.Click(chromedp.CSS(`a[href="/ui/tenants/bob/revoke"]`)), visible("#confirm"), shot("tenant-revoke"))
+	// A wrong name is answered 400 (the browser logs that load as an
+	// error: expected here, and only here).
+	if err := chromedp.Do(bctx, chromedp.SendKeys(chromedp.CSS("#confirm"), "bo"), chromedp.Click(chromedp.CSS("#confirm-revoke")), visible(".error")); err != nil {
+		t.Fatalf("revoke, wrong name: %v", err)
+	}
+	for _, e := range errs.take() {
+		if !strings.Contains(e, "status of 400") || !strings.Contains(e, "/ui/tenants/bob/revoke") {
+			t.Errorf("revoke, wrong name: browser error: %s", e)
+		}
+	}
+	if st, _ := srv.do(t, http.MethodGet, "/v1/me", bob, nil); st != http.StatusOK {
+		t.Fatalf("bob's token after an unconfirmed revoke: %d", st)
+	}
+	do("revoke, confirmed", chromedp.SendKeys(chromedp.CSS("#confirm"), "bob"), chromedp.Click(chromedp.CSS("#confirm-revoke")), visible(".notice"))
+	if notice := text(".notice"); !strings.Contains(notice, "Revoked 1 token(s) of bob.") {
+		t.Errorf("revoke notice: %q", notice)
+	}
+	if st, _ := srv.do(t, http.MethodGet, "/v1/me", bob, nil); st != http.StatusUnauthorized {
+		t.Errorf("bob's token after the revoke: %d, want 401", st)
+	}
 	do("delete confirmation", chromedp.Navigate(srv.URL+"/ui/tenants/alice/delete"), visible("#confirm"), shot("tenant-delete"))
 
 	// Every page at 1280 and 390 px: no horizontal overflow.
@@ -310,6 +373,20 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 			if w == 390 {
 				do("shot", shot(p.name+"-390"))
+			}
+			// Charts readable (issue 30): the chart shown has its labels
+			// drawn at 10 px or more at this width.
+			if p.name == "overview" {
+				sizes := eval(`Array.from(document.querySelectorAll(".chartbox svg")).filter(function(s){return getComputedStyle(s).display!=="none"}).map(function(s){var l=s.querySelector("text.label");return s.getBoundingClientRect().width/s.viewBox.baseVal.width*parseFloat(getComputedStyle(l).fontSize)})`)
+				list, _ := sizes.([]any)
+				if len(list) != 2 {
+					t.Errorf("overview at %d px: %d charts shown, want 2", w, len(list))
+				}
+				for _, v := range list {
+					if f, _ := v.(float64); f < 10 {
+						t.Errorf("overview at %d px: chart labels drawn at %.1f px, want 10 or more", w, f)
+					}
+				}
 			}
 		}
 	}
