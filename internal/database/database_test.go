@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,48 @@ func TestTransactStopsRetryingWhenContextIsDone(t *testing.T) {
 	}
 	if calls != 3 {
 		t.Fatalf("fn ran %d times after cancellation, want 3", calls)
+	}
+}
+
+// TestTransactContextEndedBeforeCommit: ctx ends inside fn and database/sql
+// rolls the transaction back on its own (Tx.awaitDone), so COMMIT finds it
+// done (sql.ErrTxDone). That is ctx's error, not an internal one (the HTTP
+// API answered 500 to a request that timed out there), and nothing is
+// applied.
+func TestTransactContextEndedBeforeCommit(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	bg := context.Background()
+	if _, err := db.ExecContext(bg, `CREATE TABLE t (v int)`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	err := db.WithTx(ctx, func(tx database.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO t VALUES (1)`); err != nil {
+			return err
+		}
+		cancel()
+		// Wait until database/sql has rolled the transaction back: then
+		// every use of tx answers sql.ErrTxDone.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := tx.ExecContext(bg, `SELECT 1`)
+			if errors.Is(err, sql.ErrTxDone) {
+				return nil // COMMIT now meets a finished transaction
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the transaction was not rolled back after cancel: %v", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	var n int
+	if err := db.GetContext(bg, &n, `SELECT count(*) FROM t`); err != nil || n != 0 {
+		t.Fatalf("rows after the rollback: %d %v", n, err)
 	}
 }
 

@@ -96,6 +96,13 @@ func (db *DB) transactOnce(ctx context.Context, opts TxOptions, fn func(tx Tx) e
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil {
+			// ctx ended before COMMIT was sent: database/sql rolled the
+			// transaction back when it saw ctx end (Tx.awaitDone), so
+			// nothing was applied. It is ctx's error (a timeout: 504; a
+			// client gone: 499), not an internal one.
+			return fmt.Errorf("commit: rolled back: %w", ctx.Err())
+		}
 		if IsConnectionError(err) {
 			return fmt.Errorf("commit: %w: %w", ErrCommitOutcomeUnknown, err)
 		}
