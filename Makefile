@@ -22,6 +22,8 @@ BINDIR     ?= $(PREFIX)/bin
 DOCDIR     ?= $(PREFIX)/share/doc/repolock
 SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
+# Modules only tests may use: `make lint` fails when ./cmd/api links one (go version -m bin/api).
+TEST_ONLY_MODULES := ^(github.com/getkin/kin-openapi|github.com/santhosh-tekuri/jsonschema|github.com/gorilla/mux|github.com/chromedp/|github.com/anishathalye/porcupine|go.yaml.in/yaml/v4)
 # staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -120,12 +122,14 @@ fuzz: ## fuzz the URL normalizer and the HTTP layer (each fuzzer FUZZTIME, defau
 	ORACLE_RANDOM=$(ORACLE_RANDOM) $(GO) test -count=1 -run '^TestGitOracleRandom$$' -timeout 60m ./internal/normalize
 
 .PHONY: lint
-lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run)
+lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run), the OpenAPI document's rules, no test-only module in the binary
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	$(GO) test -count=1 -run 'TestOpenAPILint|TestErrorCodes' ./api/  # OpenAPI 3.0 validation (kin-openapi) + project rules
+	$(GO) test -count=1 -run 'TestOpenAPILint|TestOpenAPIComponentsUsed|TestOpenAPIGeneratedNames|TestErrorCodes|TestJSONIsGenerated' ./api/  # OpenAPI 3.0 validation (kin-openapi), project rules, generator-safe names, openapi.json current
+	@bad=$$($(GO) list -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/api | sort -u | grep -E '$(TEST_ONLY_MODULES)' || true); \
+	if [ -n "$$bad" ]; then echo "lint: test-only modules linked into the binary (./cmd/api): $$bad"; exit 1; fi
 
 .PHONY: install
 install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repolock/repolock.env (DESTDIR=, PREFIX=/usr/local)
