@@ -24,6 +24,12 @@ SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
 # Modules only tests may use: `make lint` fails when ./cmd/api links one (go version -m bin/api).
 TEST_ONLY_MODULES := ^(github.com/getkin/kin-openapi|github.com/santhosh-tekuri/jsonschema|github.com/gorilla/mux|github.com/chromedp/|github.com/anishathalye/porcupine|go.yaml.in/yaml/v4)
+# The generators and linters make test-openapi runs on api/openapi.yaml (scripts/test-openapi.sh), pinned.
+OAPI_CODEGEN_VERSION       ?= v2.8.2
+OGEN_VERSION               ?= v1.24.0
+OPENAPI_TYPESCRIPT_VERSION ?= 7.13.0
+TYPESCRIPT_VERSION         ?= 5.9.3
+REDOCLY_VERSION            ?= 2.77.0
 # staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -137,13 +143,21 @@ install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repoloc
 		SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" scripts/install.sh
 
 .PHONY: test-deploy
-test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, the alert rules (parse, unit tests) and dashboard, compose.yaml, make install + systemd-analyze verify
+test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, the alert rules (parse, unit tests) and dashboard, compose.yaml, make install + systemd-analyze verify; then test-openapi
 	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/prometheus/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	@if command -v promtool >/dev/null; then \
 		cd deploy/prometheus && promtool check rules repolock-rules.yml && promtool test rules repolock-rules.test.yml; \
 	else echo "test-deploy: no promtool here: the rules' unit tests ran on the prometheus Go module only (Debian's prometheus package has promtool)"; fi
 	@scripts/test-install.sh
+	@$(MAKE) --no-print-directory test-openapi
+
+.PHONY: test-openapi
+test-openapi: ## api/openapi.yaml through oapi-codegen and ogen (Go clients that build; one calls the binary), openapi-typescript + tsc, Redocly lint; pinned, skips with the reason where the module proxy or npm is unreachable
+	@set -e; url=$$($(PG_TEST)); \
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" GO="$(GO)" OAPI_CODEGEN_VERSION=$(OAPI_CODEGEN_VERSION) OGEN_VERSION=$(OGEN_VERSION) \
+		OPENAPI_TYPESCRIPT_VERSION=$(OPENAPI_TYPESCRIPT_VERSION) TYPESCRIPT_VERSION=$(TYPESCRIPT_VERSION) REDOCLY_VERSION=$(REDOCLY_VERSION) \
+		scripts/test-openapi.sh
 
 .PHONY: prometheus-rules
 prometheus-rules: ## regenerate the PrometheusRule and deploy/prometheus/metrics.txt from deploy/prometheus/repolock-rules.yml and deploy/grafana/repolock.json
