@@ -198,4 +198,3 @@ func startServer(t *testing.T, ctx context.Context, bin, dbURL, adminToken strin
 		}
 	}
 }
-
