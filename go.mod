@@ -41,3 +41,5 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/whilp/git-urls => github.com/chainguard-dev/git-urls v1.0.2
