@@ -22,6 +22,11 @@ BINDIR     ?= $(PREFIX)/bin
 DOCDIR     ?= $(PREFIX)/share/doc/repolock
 SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
+# The version GET /version and `api version` report, stamped at link time (internal/version) by
+# make build, scripts/image.sh and the Containerfile alike (the same values as the image labels).
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_LDFLAGS = -X github.com/repolock/repolock/internal/version.version=$(VERSION) -X github.com/repolock/repolock/internal/version.revision=$(REVISION)
 # Modules only tests may use: `make lint` fails when ./cmd/api links one (go version -m bin/api).
 TEST_ONLY_MODULES := ^(github.com/getkin/kin-openapi|github.com/santhosh-tekuri/jsonschema|github.com/gorilla/mux|github.com/chromedp/|github.com/anishathalye/porcupine|go.yaml.in/yaml/v4)
 # The generators and linters make test-openapi runs on api/openapi.yaml (scripts/test-openapi.sh), pinned.
@@ -38,8 +43,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/api
-	$(GO) build -o $(BIN) ./cmd/api
+build: ## build bin/api, stamped with VERSION and REVISION (internal/version)
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN) ./cmd/api
 
 .PHONY: run
 run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080 (LISTEN_ADDR= for another)
