@@ -22,6 +22,19 @@ BINDIR     ?= $(PREFIX)/bin
 DOCDIR     ?= $(PREFIX)/share/doc/repolock
 SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
+# The version GET /version and `api version` report, stamped at link time (internal/version) by
+# make build, scripts/image.sh and the Containerfile alike (the same values as the image labels).
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_LDFLAGS = -X github.com/repolock/repolock/internal/version.version=$(VERSION) -X github.com/repolock/repolock/internal/version.revision=$(REVISION)
+# Modules only tests may use: `make lint` fails when ./cmd/api links one (go version -m bin/api).
+TEST_ONLY_MODULES := ^(github.com/getkin/kin-openapi|github.com/santhosh-tekuri/jsonschema|github.com/gorilla/mux|github.com/chromedp/|github.com/anishathalye/porcupine|go.yaml.in/yaml/v4)
+# The generators and linters make test-openapi runs on api/openapi.yaml (scripts/test-openapi.sh), pinned.
+OAPI_CODEGEN_VERSION       ?= v2.8.2
+OGEN_VERSION               ?= v1.24.0
+OPENAPI_TYPESCRIPT_VERSION ?= 7.13.0
+TYPESCRIPT_VERSION         ?= 5.9.3
+REDOCLY_VERSION            ?= 2.77.0
 # staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
 STATICCHECK_VERSION ?= v0.8.2
 
@@ -30,8 +43,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/api
-	$(GO) build -o $(BIN) ./cmd/api
+build: ## build bin/api, stamped with VERSION and REVISION (internal/version)
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN) ./cmd/api
 
 .PHONY: run
 run: build ## start Postgres if needed, migrate, serve the API on 127.0.0.1:8080 (LISTEN_ADDR= for another)
@@ -147,12 +160,14 @@ fuzz: ## fuzz the URL normalizer and the HTTP layer (each fuzzer FUZZTIME, defau
 	ORACLE_RANDOM=$(ORACLE_RANDOM) $(GO) test -count=1 -run '^TestGitOracleRandom$$' -timeout 60m ./internal/normalize
 
 .PHONY: lint
-lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run)
+lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run), the OpenAPI document's rules, no test-only module in the binary
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	$(GO) test -count=1 -run 'TestOpenAPILint|TestErrorCodes' ./api/  # OpenAPI 3.0 validation (kin-openapi) + project rules
+	$(GO) test -count=1 -run 'TestOpenAPILint|TestOpenAPIComponentsUsed|TestOpenAPIGeneratedNames|TestErrorCodes|TestJSONIsGenerated' ./api/  # OpenAPI 3.0 validation (kin-openapi), project rules, generator-safe names, openapi.json current
+	@bad=$$($(GO) list -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/api | sort -u | grep -E '$(TEST_ONLY_MODULES)' || true); \
+	if [ -n "$$bad" ]; then echo "lint: test-only modules linked into the binary (./cmd/api): $$bad"; exit 1; fi
 
 .PHONY: install
 install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repolock/repolock.env (DESTDIR=, PREFIX=/usr/local)
@@ -160,13 +175,21 @@ install: build ## install $(BINDIR)/repolock, the systemd units and /etc/repoloc
 		SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" scripts/install.sh
 
 .PHONY: test-deploy
-test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, the alert rules (parse, unit tests) and dashboard, compose.yaml, make install + systemd-analyze verify
+test-deploy: ## offline checks of deploy/: render + strictly decode + rule-check the kustomizations, the alert rules (parse, unit tests) and dashboard, compose.yaml, make install + systemd-analyze verify; then test-openapi
 	cd deploy/kubernetes/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/prometheus/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	@if command -v promtool >/dev/null; then \
 		cd deploy/prometheus && promtool check rules repolock-rules.yml && promtool test rules repolock-rules.test.yml; \
 	else echo "test-deploy: no promtool here: the rules' unit tests ran on the prometheus Go module only (Debian's prometheus package has promtool)"; fi
 	@scripts/test-install.sh
+	@$(MAKE) --no-print-directory test-openapi
+
+.PHONY: test-openapi
+test-openapi: ## api/openapi.yaml through oapi-codegen and ogen (Go clients that build; one calls the binary), openapi-typescript + tsc, Redocly lint; pinned, skips with the reason where the module proxy or npm is unreachable
+	@set -e; url=$$($(PG_TEST)); \
+	env -u DATABASE_URL TEST_DATABASE_URL="$$url" GO="$(GO)" OAPI_CODEGEN_VERSION=$(OAPI_CODEGEN_VERSION) OGEN_VERSION=$(OGEN_VERSION) \
+		OPENAPI_TYPESCRIPT_VERSION=$(OPENAPI_TYPESCRIPT_VERSION) TYPESCRIPT_VERSION=$(TYPESCRIPT_VERSION) REDOCLY_VERSION=$(REDOCLY_VERSION) \
+		scripts/test-openapi.sh
 
 .PHONY: prometheus-rules
 prometheus-rules: ## regenerate the PrometheusRule and deploy/prometheus/metrics.txt from deploy/prometheus/repolock-rules.yml and deploy/grafana/repolock.json

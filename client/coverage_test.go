@@ -5,8 +5,8 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/repolock/repolock/api"
 	"github.com/repolock/repolock/client"
+	"github.com/repolock/repolock/internal/contracttest"
 )
 
 // operationMethods maps every operationId of api/openapi.yaml to the
@@ -51,7 +51,7 @@ var operationMethods = map[string][]string{
 // TestCoversEveryOperation: every operation of the document has a client
 // method, and the table names no operation the document lacks.
 func TestCoversEveryOperation(t *testing.T) {
-	doc, err := api.Load()
+	doc, err := contracttest.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

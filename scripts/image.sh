@@ -66,7 +66,11 @@ trap cleanup EXIT
 # The same build as the Containerfile's, plus the VCS stamp the host's
 # checkout allows (`go version -m` shows vcs.revision, vcs.modified).
 log "building the static binary ($VERSION)"
-CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=auto -ldflags='-s -w' -o "$work/api" ./cmd/api
+# VERSION and REVISION are stamped into the binary too (internal/version),
+# so GET /version says what the labels say.
+vpkg=github.com/repolock/repolock/internal/version
+CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=auto \
+	-ldflags="-s -w -X $vpkg.version=$VERSION -X $vpkg.revision=$REVISION" -o "$work/api" ./cmd/api
 
 # A minimal /etc/passwd and /etc/group, so that the numeric user has a name
 # (some tools and libraries look it up); nothing else from the host.

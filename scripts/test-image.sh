@@ -4,12 +4,13 @@
 #  1. inspection (always, needs buildah): entrypoint ["/api"], cmd ["serve"],
 #     numeric non-root user 65532:65532, LISTEN_ADDR=0.0.0.0:8080, the OCI
 #     labels (source, version, revision = this checkout's HEAD), exactly the
-#     expected files (no shell), a static -trimpath binary, size under
-#     MAX_IMAGE_MB;
+#     expected files (no shell), a static -trimpath binary whose `version`
+#     matches the labels, size under MAX_IMAGE_MB;
 #  2. a run (where a container runtime works here): podman starts the image
 #     read-only, with all capabilities dropped and no new privileges, on the
 #     host network against the local Postgres (its own database, dropped at
-#     the end), waits for /readyz, calls an admin route, runs `gc` once in a
+#     the end), waits for /readyz, checks that GET /version matches the
+#     labels, calls an admin route, runs `gc` once in a
 #     second container, and stops the server with SIGTERM expecting exit 0.
 #     When no runtime can start a container here, step 2 is skipped and the
 #     reason is printed (exit status stays 0); set REQUIRE_RUN=1 to make
@@ -70,11 +71,26 @@ bi=$(go version -m "$root/api")
 grep -q $'build\tCGO_ENABLED=0' <<<"$bi" || fail "the binary is not built with CGO_ENABLED=0"
 grep -q $'build\t-trimpath=true' <<<"$bi" || fail "the binary is not built with -trimpath"
 vcs=$(grep $'build\tvcs.revision=' <<<"$bi" | cut -d= -f2 || true)
+# The version the binary reports must be the labels' (stamped at link time,
+# internal/version): run the image's binary on this host (it is static; the
+# same architecture unless IMAGE_REF was built for another).
+bin_version="" bin_revision=""
+if out=$("$root/api" version 2>/dev/null); then
+	bin_version=$(sed -n '1s/.* //p' <<<"$out")
+	bin_revision=$(sed -nE 's/^revision ([^ ]+).*/\1/p' <<<"$out")
+fi
 size=$(du -sb "$root" | cut -f1)
 cleanup_ctr
 trap - EXIT
 [ "$size" -le $((MAX_IMAGE_MB * 1024 * 1024)) ] || fail "image content is $size bytes, more than ${MAX_IMAGE_MB} MB"
 ok "files: $files(no shell); static -trimpath binary${vcs:+ stamped vcs.revision=$vcs}; $((size / 1024)) KiB"
+if [ -n "$bin_version" ]; then
+	[ "$bin_version" = "$(label version)" ] || fail "the binary's version is $bin_version, the label's $(label version)"
+	[ "$bin_revision" = "$(label revision)" ] || fail "the binary's revision is $bin_revision, the label's $(label revision)"
+	ok "'/api version' says version $bin_version, revision $bin_revision: the labels'"
+else
+	echo "test-image: the image's binary does not run on this host ($(uname -m)): its version is checked through GET /version below, where podman runs it" >&2
+fi
 
 # --- 2. run it ---------------------------------------------------------------
 if ! command -v podman >/dev/null 2>&1; then
@@ -156,6 +172,11 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" 
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://$addr/v1/admin/users")
 [ "$code" = 401 ] || fail "GET /v1/admin/users without a token answered $code, want 401"
 ok "/healthz, admin token accepted (200), missing token refused (401)"
+
+ver=$(curl -s "http://$addr/version")
+grep -q "\"version\":\"$(label version)\"" <<<"$ver" || fail "GET /version is $ver: want version $(label version) (the label)"
+grep -q "\"revision\":\"$(label revision)\"" <<<"$ver" || fail "GET /version is $ver: want revision $(label revision) (the label)"
+ok "GET /version says version $(label version), revision $(label revision): the labels'"
 
 out=$(pod run --rm --pull never "${run_opts[@]}" -e DATABASE_URL="$db_url" "$IMAGE_REF" gc 2>/dev/null) ||
 	fail "'gc' in the image exited non-zero"

@@ -77,8 +77,31 @@ func New(tb testing.TB) *Validator {
 	return shared
 }
 
+// Load parses the embedded document (api/openapi.yaml) with kin-openapi.
+// Each call returns a fresh *openapi3.T, so callers may modify it (a test
+// setting Servers, for instance). It lives here, not in package api, so
+// that the binary, which serves the document as bytes, links no OpenAPI
+// library.
+func Load() (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.YAML())
+	if err != nil {
+		return nil, fmt.Errorf("api: parse openapi.yaml: %w", err)
+	}
+	return doc, nil
+}
+
+// ValidateDocument parses the document and validates it against the
+// OpenAPI 3.0 specification, examples included.
+func ValidateDocument(ctx context.Context) error {
+	doc, err := Load()
+	if err != nil {
+		return err
+	}
+	return doc.Validate(ctx, openapi3.EnableExamplesValidation())
+}
+
 func newValidator() (*Validator, error) {
-	doc, err := api.Load()
+	doc, err := Load()
 	if err != nil {
 		return nil, err
 	}

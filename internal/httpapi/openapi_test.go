@@ -46,7 +46,7 @@ func TestOpenAPIRouteCoverage(t *testing.T) {
 		}
 		registered[r.Method+" "+echoParam.ReplaceAllString(r.Path, "{$1}")] = true
 	}
-	doc, err := api.Load()
+	doc, err := contracttest.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestOpenAPIServed(t *testing.T) {
 	hc := &http.Client{Transport: contracttest.New(t).Transport(t, nil)}
 	for _, tc := range []struct{ path, ct, prefix string }{
 		{"/openapi.yaml", "application/yaml", "# The repolock HTTP API contract"},
-		{"/openapi.json", "application/json", `{"components":`},
+		{"/openapi.json", "application/json", `{"openapi":"3.0.`},
 	} {
 		resp, err := hc.Get(ts.URL + tc.path)
 		if err != nil {

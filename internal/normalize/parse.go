@@ -340,6 +340,17 @@ func parseSCP(s string, colon int) (*parsed, error) {
 	// "first.last" that OpenSSH accepts), and the path with '%' and '~'
 	// masked (its path pattern lacks them; checkSCPPath vetted them).
 	masked := strings.NewReplacer("%", "_", "~", "_").Replace(rawPath)
+	// git-urls (the chainguard-dev fork, see go.mod) refuses more than
+	// gitURLsMaxLen bytes. The input is capped at MaxLength, but the ASCII
+	// host can be longer than the input's (punycode), and such an scp
+	// string can still give a key within MaxLength (".git" is dropped):
+	// v1.0.0 accepted it. Its regexp matches any non-empty prefix of a path
+	// checkSCPPath vetted exactly as the whole path, so it is given the
+	// longest prefix that fits; the rules, and every key, stay as they were
+	// (TestSCPLongerThanGitURLsCap).
+	if room := gitURLsMaxLen - len(p.host) - 1; len(masked) > room && room > 0 {
+		masked = masked[:room]
+	}
 	u, err := giturls.ParseScp(p.host + ":" + masked)
 	if err != nil || u.RawQuery != "" {
 		return nil, invalid(reasonScpChar)
@@ -352,6 +363,10 @@ func parseSCP(s string, colon int) (*parsed, error) {
 	}
 	return p, nil
 }
+
+// gitURLsMaxLen is the longest input giturls.ParseScp accepts (the
+// chainguard-dev fork's maxLen, its fix of GHSA-3f2q-6294-fmq5).
+const gitURLsMaxLen = 2048
 
 func checkSCPPath(s string) error {
 	for i := 0; i < len(s); i++ {
