@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 GO        ?= go
-BIN       := bin/api
+BIN       := bin/repolock
 PG_ENSURE := scripts/pg-ensure.sh
 # Tests create and drop databases: they find their server through
 # TEST_DATABASE_URL (or the local one pg-ensure finds or starts), never
@@ -22,12 +22,12 @@ BINDIR     ?= $(PREFIX)/bin
 DOCDIR     ?= $(PREFIX)/share/doc/repolock
 SYSCONFDIR ?= /etc
 UNITDIR    ?= /etc/systemd/system
-# The version GET /version and `api version` report, stamped at link time (internal/version) by
+# The version GET /version and `repolock version` report, stamped at link time (internal/version) by
 # make build, scripts/image.sh and the Containerfile alike (the same values as the image labels).
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION_LDFLAGS = -X github.com/repolock/repolock/internal/version.version=$(VERSION) -X github.com/repolock/repolock/internal/version.revision=$(REVISION)
-# Modules only tests may use: `make lint` fails when ./cmd/api links one (go version -m bin/api).
+# Modules only tests may use: `make lint` fails when ./cmd/api links one (go version -m bin/repolock).
 TEST_ONLY_MODULES := ^(github.com/getkin/kin-openapi|github.com/santhosh-tekuri/jsonschema|github.com/gorilla/mux|github.com/chromedp/|github.com/anishathalye/porcupine|go.yaml.in/yaml/v4)
 # The generators and linters make test-openapi runs on api/openapi.yaml (scripts/test-openapi.sh), pinned.
 OAPI_CODEGEN_VERSION       ?= v2.8.2
@@ -43,7 +43,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/api, stamped with VERSION and REVISION (internal/version)
+build: ## build bin/repolock, stamped with VERSION and REVISION (internal/version)
 	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN) ./cmd/api
 
 .PHONY: run

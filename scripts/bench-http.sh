@@ -3,7 +3,7 @@
 # default settings, against the speed of its own database. See
 # docs/benchmarks.md#make-bench-http.
 #
-# For each binary (bin/api, and with BENCH_BASE_BIN or BENCH_BASE_REF a
+# For each binary (bin/repolock, and with BENCH_BASE_BIN or BENCH_BASE_REF a
 # baseline too) on its own fresh database, one after the other per phase,
 # BENCH_CONNECTIONS (32) connections for BENCH_DURATION (15s) each:
 #   f  pgbench -M prepared: a raw one-column INSERT ... ON CONFLICT DO NOTHING
@@ -31,7 +31,7 @@
 #   BENCH_CONNECTIONS  connections / pgbench clients (default 32)
 #   BENCH_THREADS      wrk and pgbench threads (default: number of CPUs)
 #   BENCH_PHASES       phases to run (default "f s h a m z")
-#   BENCH_BIN          the candidate binary (default bin/api; make builds it)
+#   BENCH_BIN          the candidate binary (default bin/repolock; make builds it)
 #   BENCH_BASE_BIN     a baseline binary to run side by side
 #   BENCH_BASE_REF     a git ref: checked out with git worktree add into a
 #                      temporary directory and built as the baseline
@@ -43,7 +43,7 @@
 #   BENCH_PROFILE      a directory: the binary also serves Go's profiler
 #                      (DEBUG_LISTEN_ADDR on loopback) and a CPU profile of
 #                      each wrk phase is saved there as SIDE-PHASE.pprof
-#                      (go tool pprof -top bin/api DIR/cand-h.pprof); the
+#                      (go tool pprof -top bin/repolock DIR/cand-h.pprof); the
 #                      sampling costs the binary a little CPU, so compare
 #                      rates from runs without it
 #   BENCH_PIN          1: Postgres runs on the first half of the CPUs, this
@@ -68,7 +68,7 @@ tenants=${BENCH_TENANTS:-1024}
 [[ $tenants =~ ^[0-9]+$ ]] && [ "$tenants" -gt 0 ] || { say "BENCH_TENANTS must be a positive whole number"; exit 2; }
 threads=${BENCH_THREADS:-$(nproc 2>/dev/null || echo 2)}
 phases=${BENCH_PHASES:-f s h a m z l L k}
-cand_bin=${BENCH_BIN:-bin/api}
+cand_bin=${BENCH_BIN:-bin/repolock}
 
 # Tools: wrk and pgbench/psql from Debian, jq for the admin API's JSON.
 need=()

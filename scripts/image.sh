@@ -70,7 +70,7 @@ log "building the static binary ($VERSION)"
 # so GET /version says what the labels say.
 vpkg=github.com/repolock/repolock/internal/version
 CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=auto \
-	-ldflags="-s -w -X $vpkg.version=$VERSION -X $vpkg.revision=$REVISION" -o "$work/api" ./cmd/api
+	-ldflags="-s -w -X $vpkg.version=$VERSION -X $vpkg.revision=$REVISION" -o "$work/repolock" ./cmd/api
 
 # A minimal /etc/passwd and /etc/group, so that the numeric user has a name
 # (some tools and libraries look it up); nothing else from the host.
@@ -81,7 +81,7 @@ cp "$CA_BUNDLE" "$work/etc/ssl/certs/ca-certificates.crt"
 
 log "assembling $IMAGE:$VERSION with buildah${STORAGE_DRIVER:+ (storage driver $STORAGE_DRIVER)}"
 ctr=$(buildah from scratch)
-buildah copy --chown 0:0 --chmod 0755 "$ctr" "$work/api" /api >/dev/null
+buildah copy --chown 0:0 --chmod 0755 "$ctr" "$work/repolock" /repolock >/dev/null
 buildah copy --chown 0:0 --chmod 0644 "$ctr" "$work/etc/passwd" /etc/passwd >/dev/null
 buildah copy --chown 0:0 --chmod 0644 "$ctr" "$work/etc/group" /etc/group >/dev/null
 buildah copy --chown 0:0 --chmod 0644 "$ctr" "$work/etc/ssl/certs/ca-certificates.crt" /etc/ssl/certs/ca-certificates.crt >/dev/null
@@ -92,7 +92,7 @@ buildah config \
 	--env LISTEN_ADDR=0.0.0.0:8080 \
 	--env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
 	--port 8080 \
-	--entrypoint '["/api"]' \
+	--entrypoint '["/repolock"]' \
 	--cmd serve \
 	--label org.opencontainers.image.title=repolock \
 	--label "org.opencontainers.image.description=Multi-tenant ownership locks on Git repository URLs" \

@@ -11,13 +11,13 @@
 # Nothing is started: see docs/operations.md for the next steps.
 #
 # Environment (make passes its variables): BIN (the binary to install,
-# default bin/api), DESTDIR, PREFIX (/usr/local), BINDIR ($PREFIX/bin),
+# default bin/repolock), DESTDIR, PREFIX (/usr/local), BINDIR ($PREFIX/bin),
 # DOCDIR ($PREFIX/share/doc/repolock), SYSCONFDIR (/etc), UNITDIR
 # (/etc/systemd/system).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=${BIN:-bin/api}
+BIN=${BIN:-bin/repolock}
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr/local}
 BINDIR=${BINDIR:-$PREFIX/bin}

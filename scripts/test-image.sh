@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests the container image `make image` builds (scripts/image.sh):
 #
-#  1. inspection (always, needs buildah): entrypoint ["/api"], cmd ["serve"],
+#  1. inspection (always, needs buildah): entrypoint ["/repolock"], cmd ["serve"],
 #     numeric non-root user 65532:65532, LISTEN_ADDR=0.0.0.0:8080, the OCI
 #     labels (source, version, revision = this checkout's HEAD), exactly the
 #     expected files (no shell), a static -trimpath binary whose `version`
@@ -40,14 +40,14 @@ fi
 echo "test-image: testing $IMAGE_REF" >&2
 insp() { buildah inspect --type image --format "$1" "$IMAGE_REF"; }
 
-[ "$(insp '{{.OCIv1.Config.Entrypoint}}')" = "[/api]" ] || fail "entrypoint is $(insp '{{.OCIv1.Config.Entrypoint}}'), want [/api]"
+[ "$(insp '{{.OCIv1.Config.Entrypoint}}')" = "[/repolock]" ] || fail "entrypoint is $(insp '{{.OCIv1.Config.Entrypoint}}'), want [/repolock]"
 [ "$(insp '{{.OCIv1.Config.Cmd}}')" = "[serve]" ] || fail "cmd is $(insp '{{.OCIv1.Config.Cmd}}'), want [serve]"
 [ "$(insp '{{.OCIv1.Config.User}}')" = "65532:65532" ] || fail "user is '$(insp '{{.OCIv1.Config.User}}')', want 65532:65532"
 # (grep -q on a variable, not a pipe: under pipefail, grep -q quitting early
 # would fail the pipe with SIGPIPE.)
 env_list=$(insp '{{range .OCIv1.Config.Env}}{{println .}}{{end}}')
 grep -qx 'LISTEN_ADDR=0.0.0.0:8080' <<<"$env_list" || fail "LISTEN_ADDR=0.0.0.0:8080 is not in the image's environment: $env_list"
-ok "entrypoint [/api], cmd [serve], user 65532:65532, LISTEN_ADDR=0.0.0.0:8080"
+ok "entrypoint [/repolock], cmd [serve], user 65532:65532, LISTEN_ADDR=0.0.0.0:8080"
 
 label() { insp "{{index .OCIv1.Config.Labels \"org.opencontainers.image.$1\"}}"; }
 [ -n "$(label source)" ] || fail "label org.opencontainers.image.source is empty"
@@ -64,10 +64,10 @@ cleanup_ctr() { buildah umount "$ctr" >/dev/null 2>&1 || true; buildah rm "$ctr"
 trap cleanup_ctr EXIT
 root=$(buildah mount "$ctr")
 files=$(cd "$root" && find . \( -type f -o -type l \) | sort | tr '\n' ' ')
-want='./api ./etc/group ./etc/passwd ./etc/ssl/certs/ca-certificates.crt '
+want='./etc/group ./etc/passwd ./etc/ssl/certs/ca-certificates.crt ./repolock '
 [ "$files" = "$want" ] || fail "image files are: $files; want: $want"
-[ "$(stat -c '%a %u' "$root/api")" = "755 0" ] || fail "/api is $(stat -c '%a %u' "$root/api"), want 755 owned by root"
-bi=$(go version -m "$root/api")
+[ "$(stat -c '%a %u' "$root/repolock")" = "755 0" ] || fail "/repolock is $(stat -c '%a %u' "$root/repolock"), want 755 owned by root"
+bi=$(go version -m "$root/repolock")
 grep -q $'build\tCGO_ENABLED=0' <<<"$bi" || fail "the binary is not built with CGO_ENABLED=0"
 grep -q $'build\t-trimpath=true' <<<"$bi" || fail "the binary is not built with -trimpath"
 vcs=$(grep $'build\tvcs.revision=' <<<"$bi" | cut -d= -f2 || true)
@@ -75,7 +75,7 @@ vcs=$(grep $'build\tvcs.revision=' <<<"$bi" | cut -d= -f2 || true)
 # internal/version): run the image's binary on this host (it is static; the
 # same architecture unless IMAGE_REF was built for another).
 bin_version="" bin_revision=""
-if out=$("$root/api" version 2>/dev/null); then
+if out=$("$root/repolock" version 2>/dev/null); then
 	bin_version=$(sed -n '1s/.* //p' <<<"$out")
 	bin_revision=$(sed -nE 's/^revision ([^ ]+).*/\1/p' <<<"$out")
 fi
@@ -87,7 +87,7 @@ ok "files: $files(no shell); static -trimpath binary${vcs:+ stamped vcs.revision
 if [ -n "$bin_version" ]; then
 	[ "$bin_version" = "$(label version)" ] || fail "the binary's version is $bin_version, the label's $(label version)"
 	[ "$bin_revision" = "$(label revision)" ] || fail "the binary's revision is $bin_revision, the label's $(label revision)"
-	ok "'/api version' says version $bin_version, revision $bin_revision: the labels'"
+	ok "'/repolock version' says version $bin_version, revision $bin_revision: the labels'"
 else
 	echo "test-image: the image's binary does not run on this host ($(uname -m)): its version is checked through GET /version below, where podman runs it" >&2
 fi
@@ -123,7 +123,7 @@ if ! probe_err=$(podman run --rm --pull never "${run_opts[@]}" "$IMAGE_REF" --he
 		skip "podman cannot start a container here: $(tail -n 1 <<<"$probe_err")"
 	fi
 fi
-ok "podman runs the image${runtime_opts:+ (${runtime_opts[*]})}: '/api --help' exits 0"
+ok "podman runs the image${runtime_opts:+ (${runtime_opts[*]})}: '/repolock --help' exits 0"
 pod() { podman "${runtime_opts[@]}" "$@"; }
 
 admin_url=${TEST_DATABASE_URL:-$(scripts/pg-ensure.sh)}

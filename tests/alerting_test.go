@@ -94,7 +94,7 @@ var decisionSeries = []string{
 
 // TestAlertingMetricsExist: every metric an alert rule or a dashboard panel
 // uses is on /metrics of the running binary after a little traffic (claims,
-// a denial, a rate-limit refusal, a GC run by `api gc` as the Kubernetes
+// a denial, a rate-limit refusal, a GC run by `repolock gc` as the Kubernetes
 // CronJob runs it). A rule on a name the binary does not expose would never
 // fire.
 func TestAlertingMetricsExist(t *testing.T) {
@@ -130,7 +130,7 @@ func TestAlertingMetricsExist(t *testing.T) {
 		t.Fatal("10 requests at once with a burst of 3: none refused")
 	}
 	if out, errOut, code := runCLI(t, s.DatabaseURL, "gc"); code != 0 {
-		t.Fatalf("api gc: exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("repolock gc: exit %d\n%s\n%s", code, out, errOut)
 	}
 
 	want := metricsUsedByAlerting(t)
@@ -166,7 +166,7 @@ func TestAlertingMetricsExist(t *testing.T) {
 	if v := series[`repolock_rekey_stale_rules_versions`]; v != 0 {
 		t.Errorf("repolock_rekey_stale_rules_versions %v on a fresh database, want 0", v)
 	}
-	// The GC run of `api gc`, another process, as the database recorded it.
+	// The GC run of `repolock gc`, another process, as the database recorded it.
 	if v := series[`repolock_gc_fleet_last_success_timestamp_seconds{kind="gc"}`]; time.Since(time.Unix(int64(v), 0)) > 2*time.Minute || v > float64(time.Now().Unix()+1) {
 		t.Errorf("repolock_gc_fleet_last_success_timestamp_seconds %v, want about now (%d)", v, time.Now().Unix())
 	}

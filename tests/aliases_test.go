@@ -58,13 +58,13 @@ func TestOneKeyForOneURLUnderAliases(t *testing.T) {
 	// The CLI, against the same database.
 	out, errOut, code := runCLI(t, s.DatabaseURL, "normalize", raw)
 	if code != 0 || out != want+"\n" || errOut != "" {
-		t.Fatalf("api normalize: %d %q %q, want %q", code, out, errOut, want)
+		t.Fatalf("repolock normalize: %d %q %q, want %q", code, out, errOut, want)
 	}
 	out, errOut, code = runCLI(t, s.DatabaseURL, "locks", "owner", raw)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "NORMALIZED URL") ||
 		strings.Join(strings.Fields(lines[1])[:5], " ") != want+" alice "+acq.LockID+" 1 0" {
-		t.Fatalf("api locks owner: %d %q %q", code, out, errOut)
+		t.Fatalf("repolock locks owner: %d %q %q", code, out, errOut)
 	}
 
 	// The console, signed in with the admin token as an operator is.

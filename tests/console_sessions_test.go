@@ -84,7 +84,7 @@ func signIn(t *testing.T, hc *http.Client, base, token string) string {
 
 // TestConsoleSessionRotation: a console session ends when the server
 // restarts with another admin token (the old cookie neither opens pages
-// nor posts forms), and `api console sessions revoke` ends the sessions of
+// nor posts forms), and `repolock console sessions revoke` ends the sessions of
 // the new one.
 func TestConsoleSessionRotation(t *testing.T) {
 	t.Parallel()
@@ -127,7 +127,7 @@ func TestConsoleSessionRotation(t *testing.T) {
 	cmd.Env = append(cleanEnv(), "DATABASE_URL="+dbURL)
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ended 2 console session(s)" {
-		t.Fatalf("api console sessions revoke: %v %q", err, out)
+		t.Fatalf("repolock console sessions revoke: %v %q", err, out)
 	}
 	if st, _, _ := visit(t, hc2, http.MethodGet, s2.URL+"/ui/gc", nil); st != http.StatusSeeOther {
 		t.Fatalf("a session after revoke: %d, want 303", st)

@@ -14,7 +14,7 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
-// gcProcess is one `api gc` process.
+// gcProcess is one `repolock gc` process.
 type gcProcess struct {
 	cmd         *exec.Cmd
 	out, errOut bytes.Buffer
@@ -64,7 +64,7 @@ func (p *gcProcess) summary(t *testing.T) gcSummary {
 	t.Helper()
 	var s gcSummary
 	if err := json.Unmarshal(p.out.Bytes(), &s); err != nil {
-		t.Fatalf("api gc stdout is not a JSON summary: %v\nstdout: %s\nstderr: %s", err, p.out.String(), p.errOut.String())
+		t.Fatalf("repolock gc stdout is not a JSON summary: %v\nstdout: %s\nstderr: %s", err, p.out.String(), p.errOut.String())
 	}
 	return s
 }
@@ -84,7 +84,7 @@ func seedOrphans(t *testing.T, db *sql.DB, n int) {
 	}
 }
 
-// Two `api gc` processes started together (as two cron jobs or two
+// Two `repolock gc` processes started together (as two cron jobs or two
 // CronJob pods would be): one collects, the other reports skipped, both
 // exit 0.
 //
@@ -118,7 +118,7 @@ func TestTwoGCProcessesOneCollects(t *testing.T) {
 	case <-procs[1].done:
 		first, second = procs[1], procs[0]
 	case <-time.After(2 * time.Minute):
-		t.Fatal("neither api gc process finished while one held the lease")
+		t.Fatal("neither repolock gc process finished while one held the lease")
 	}
 	s := first.summary(t)
 	if first.code != 0 || s.Status != "skipped" || s.Reason != "another collection is running" || s.ID != "" ||
@@ -131,7 +131,7 @@ func TestTwoGCProcessesOneCollects(t *testing.T) {
 	select {
 	case <-second.done:
 	case <-time.After(2 * time.Minute):
-		t.Fatal("the collecting api gc process did not finish")
+		t.Fatal("the collecting repolock gc process did not finish")
 	}
 	s = second.summary(t)
 	if second.code != 0 || s.Status != "succeeded" || s.Deleted != 50 || s.Scanned != 50 {
@@ -217,13 +217,13 @@ func TestGCAndReportsEndToEnd(t *testing.T) {
 
 	out, errOut, code := runCLI(t, s.DatabaseURL, "report", "ownership", "--format", "csv")
 	if code != 0 || !strings.Contains(out, ",alice,0,0,0,0\n") {
-		t.Fatalf("api report ownership: exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("repolock report ownership: exit %d\n%s\n%s", code, out, errOut)
 	}
 	out, errOut, code = runCLI(t, s.DatabaseURL, "report", "gc_runs", "--format", "json")
 	var rep struct {
 		Items []map[string]any `json:"items"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Items) != 2 || rep.Items[0]["run_id"] != runID || rep.Items[0]["deleted"] != 1.0 {
-		t.Fatalf("api report gc_runs: exit %d\n%s\n%s", code, out, errOut)
+		t.Fatalf("repolock report gc_runs: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

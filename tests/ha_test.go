@@ -17,7 +17,7 @@ import (
 )
 
 // Failover under load (make test-ha): a primary and a synchronous streaming
-// standby; `api serve` with DATABASE_URL listing both hosts and
+// standby; `repolock serve` with DATABASE_URL listing both hosts and
 // target_session_attrs=read-write; a create/delete workload through it. The
 // primary is stopped the way a crash would stop it and the standby is
 // promoted in the middle of the load. Requests succeed again within 10 s,

@@ -1,5 +1,5 @@
 // Package tests holds end-to-end tests: they build the real binary, start
-// `api serve` on a free port against a fresh database, and talk to it over
+// `repolock serve` on a free port against a fresh database, and talk to it over
 // HTTP, exactly as an operator or a client would.
 package tests
 
@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// server is a running `api serve` process.
+// server is a running `repolock serve` process.
 type server struct {
 	URL         string // http://127.0.0.1:PORT
 	AdminToken  string
@@ -74,7 +74,7 @@ type serverOptions struct {
 	NoWaitReady bool
 }
 
-// startServer starts `api serve` on a free port against a fresh, empty
+// startServer starts `repolock serve` on a free port against a fresh, empty
 // database (the server migrates it on start) and stops it when t ends,
 // failing the test if it does not exit cleanly on SIGTERM.
 func startServer(t *testing.T) *server {
@@ -105,7 +105,7 @@ func startServerWith(t testing.TB, opts serverOptions) *server {
 	}
 	s.cmd.Stdout = s.logs
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start api serve: %v", err)
+		t.Fatalf("start repolock serve: %v", err)
 	}
 	addrc := make(chan string, 1)
 	go func() {
@@ -144,9 +144,9 @@ func startServerWith(t testing.TB, opts serverOptions) *server {
 			s.waitForLog(t, "ready", func(rec map[string]any) bool { return rec["msg"] == "ready" })
 		}
 	case <-s.exited:
-		t.Fatalf("api serve exited before listening: %v\n%s", s.err, s.logs.String())
+		t.Fatalf("repolock serve exited before listening: %v\n%s", s.err, s.logs.String())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("api serve did not start listening within 60s\n%s", s.logs.String())
+		t.Fatalf("repolock serve did not start listening within 60s\n%s", s.logs.String())
 	}
 	return s
 }
@@ -163,12 +163,12 @@ func (s *server) stop(t testing.TB) {
 		case <-time.After(30 * time.Second):
 			_ = s.cmd.Process.Kill()
 			<-s.exited
-			t.Errorf("api serve did not exit within 30s of SIGTERM")
+			t.Errorf("repolock serve did not exit within 30s of SIGTERM")
 			return
 		}
 	}
 	if s.err != nil {
-		t.Errorf("api serve exited with %v", s.err)
+		t.Errorf("repolock serve exited with %v", s.err)
 	}
 }
 
@@ -397,9 +397,9 @@ func (s *server) waitForLog(t testing.TB, what string, match func(rec map[string
 		select {
 		case <-changed:
 		case <-s.exited:
-			t.Fatalf("api serve exited while waiting for %s", what)
+			t.Fatalf("repolock serve exited while waiting for %s", what)
 		case <-deadline:
-			t.Fatalf("api serve did not log %s within a minute", what)
+			t.Fatalf("repolock serve did not log %s within a minute", what)
 		}
 	}
 }

@@ -190,7 +190,7 @@ func TestLeasesLinearizableThreeReplicas(t *testing.T) {
 	leasecheck.Check(t, "replicas", ops, time.Minute)
 }
 
-// TestLeaseRunCLI: `api lease run` runs the command with the lease's token
+// TestLeaseRunCLI: `repolock lease run` runs the command with the lease's token
 // in its environment and exits with its status; a held key exits 3; a
 // lease lost while the command runs stops the command and exits 4.
 func TestLeaseRunCLI(t *testing.T) {
@@ -248,7 +248,7 @@ func TestLeaseRunCLI(t *testing.T) {
 	for id == "" {
 		select {
 		case err := <-done:
-			t.Fatalf("api lease run ended early: %v\n%s", err, stderr.String())
+			t.Fatalf("repolock lease run ended early: %v\n%s", err, stderr.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if _, err := os.Stat(marker); err != nil {
@@ -271,12 +271,12 @@ func TestLeaseRunCLI(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
-		t.Fatal("api lease run did not stop after its lease was lost")
+		t.Fatal("repolock lease run did not stop after its lease was lost")
 	}
 }
 
 // TestLeaseRunSIGSTOP: a real pause, not a client that stops its
-// keepalives. `api lease run` holds a lease (TTL 1s) and runs a command
+// keepalives. `repolock lease run` holds a lease (TTL 1s) and runs a command
 // that waits for a line on its stdin and then commits to the guarded
 // branch with the lease's token. The whole process group (api and its
 // command, as a stopped machine would be) is stopped with SIGSTOP past the
@@ -333,7 +333,7 @@ exec sleep 300`
 	for stale == "" {
 		select {
 		case err := <-done:
-			t.Fatalf("api lease run ended early: %v\n%s", err, stderr.String())
+			t.Fatalf("repolock lease run ended early: %v\n%s", err, stderr.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if b, err := os.ReadFile(tokenFile); err == nil {
@@ -370,10 +370,10 @@ exec sleep 300`
 	case err := <-done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 4 || !strings.Contains(stderr.String(), "was lost") {
-			t.Fatalf("api lease run after SIGCONT: %v, stderr %q; want exit 4, lease lost", err, stderr.String())
+			t.Fatalf("repolock lease run after SIGCONT: %v, stderr %q; want exit 4, lease lost", err, stderr.String())
 		}
 	case <-time.After(time.Minute):
-		t.Fatalf("api lease run did not stop its command after SIGCONT; stderr %q", stderr.String())
+		t.Fatalf("repolock lease run did not stop its command after SIGCONT; stderr %q", stderr.String())
 	}
 	status, err := os.ReadFile(result)
 	if err != nil {

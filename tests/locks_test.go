@@ -56,12 +56,12 @@ func TestLocksEndToEnd(t *testing.T) {
 	// The operators' view, through the CLI.
 	out, errOut, code := runCLI(t, s.DatabaseURL, "locks", "owner", "https://github.com/acme/web")
 	if code != 0 || !strings.Contains(out, "github.com/acme/web") || !strings.Contains(out, "alice") || !strings.Contains(out, lockID) {
-		t.Fatalf("api locks owner: %d %q %q", code, out, errOut)
+		t.Fatalf("repolock locks owner: %d %q %q", code, out, errOut)
 	}
 	// The denial is audited where the reporting view finds it.
 	out, errOut, code = runCLI(t, s.DatabaseURL, "report", "denials", "--format", "json")
 	if code != 0 || !strings.Contains(out, "github.com/acme/web") || !strings.Contains(out, "bob") || !strings.Contains(out, "alice") {
-		t.Fatalf("api report denials: %d %q %q", code, out, errOut)
+		t.Fatalf("repolock report denials: %d %q %q", code, out, errOut)
 	}
 
 	// Deleting the references one by one keeps the lock until the last.

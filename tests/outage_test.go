@@ -23,7 +23,7 @@ import (
 // proxy between the server and Postgres that refuses, resets and restores
 // connections, and cuts a COMMIT in flight.
 
-// proxiedServer starts `api serve` on a fresh empty database reached
+// proxiedServer starts `repolock serve` on a fresh empty database reached
 // through a proxy, with scheduled GC off (its commits would race the
 // commit-cut test) and no per-tenant rate limit (the load of one tenant
 // here is about outages, not fairness), and returns both with a direct

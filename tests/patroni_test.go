@@ -24,7 +24,7 @@ import (
 
 // Automatic failover (make test-patroni): Patroni (Debian's `patroni`)
 // manages two Postgres servers with a one-member etcd (`etcd-server`) as its
-// store and `synchronous_mode: true`. Three `api serve` replicas take claims:
+// store and `synchronous_mode: true`. Three `repolock serve` replicas take claims:
 // two reach the database through a TCP proxy that sends connections to the
 // node whose Patroni REST API answers `GET /primary` 200 (what HAProxy does in
 // Patroni's documentation), one through a multi-host DATABASE_URL with

@@ -16,7 +16,7 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 )
 
-// Three `api serve` replicas on one database, with `api gc` and `api
+// Three `repolock serve` replicas on one database, with `repolock gc` and `api
 // migrate up` processes running at the same time, under the lock race
 // workload: every key has exactly one owner, no request answers 5xx, and
 // collections never overlap.
@@ -36,7 +36,7 @@ type replicaSetup struct {
 	ServeURL string
 	// ServeEnv is added to the replicas' environment.
 	ServeEnv []string
-	// CLIEnv is the environment of the `api gc` and `api migrate up`
+	// CLIEnv is the environment of the `repolock gc` and `repolock migrate up`
 	// processes (DATABASE_URL and anything else).
 	CLIEnv []string
 	// DirectURL is a direct connection the test checks the outcome with.
@@ -44,8 +44,8 @@ type replicaSetup struct {
 }
 
 // runReplicaRace starts three replicas on an empty database after three
-// concurrent `api migrate up`, runs the race workload over them while `api
-// gc` and `api migrate up` processes run, and checks the outcome.
+// concurrent `repolock migrate up`, runs the race workload over them while `api
+// gc` and `repolock migrate up` processes run, and checks the outcome.
 func runReplicaRace(t *testing.T, setup replicaSetup) {
 	t.Helper()
 	// The schema is created by three concurrent migrations.
@@ -70,8 +70,8 @@ func runReplicaRace(t *testing.T, setup replicaSetup) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	// Operators' processes while the workload runs: `api gc` (three at a
-	// time, again and again) and `api migrate up` (three at a time).
+	// Operators' processes while the workload runs: `repolock gc` (three at a
+	// time, again and again) and `repolock migrate up` (three at a time).
 	bg.Add(2)
 	go func() {
 		defer bg.Done()

@@ -41,7 +41,7 @@ func TestReportsFromReportsDatabase(t *testing.T) {
 		t.Fatalf("GET /v1/admin/users: %d %v", status, resp)
 	}
 
-	// api report: the replica when REPORTS_DATABASE_URL is set, else DATABASE_URL.
+	// repolock report: the replica when REPORTS_DATABASE_URL is set, else DATABASE_URL.
 	for _, tc := range []struct {
 		env       []string
 		want, not string
@@ -54,7 +54,7 @@ func TestReportsFromReportsDatabase(t *testing.T) {
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil || !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), tc.not) {
-			t.Fatalf("api report ownership with %d variables: %v\n%s\n%s", len(tc.env), err, out.String(), errb.String())
+			t.Fatalf("repolock report ownership with %d variables: %v\n%s\n%s", len(tc.env), err, out.String(), errb.String())
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 // TestRepositoriesEndToEnd drives the repository routes of the real binary:
 // create, branch, commit, tag, delete, immediate reuse of the name, then
-// `api clean` removes every row of the deleted instance and nothing of the
+// `repolock clean` removes every row of the deleted instance and nothing of the
 // new one.
 func TestRepositoriesEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -85,18 +85,18 @@ func TestRepositoriesEndToEnd(t *testing.T) {
 
 	stdout, stderr, code := runCLI(t, s.DatabaseURL, "clean")
 	if code != 0 {
-		t.Fatalf("api clean exited %d: %s %s", code, stdout, stderr)
+		t.Fatalf("repolock clean exited %d: %s %s", code, stdout, stderr)
 	}
 	var run struct {
 		Kind    string         `json:"kind"`
 		Cleaner map[string]any `json:"cleaner"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &run); err != nil {
-		t.Fatalf("api clean output: %v\n%s", err, stdout)
+		t.Fatalf("repolock clean output: %v\n%s", err, stdout)
 	}
 	want := map[string]any{"scanned": 1.0, "cleaned": 1.0, "failed": 0.0, "stale_initial": 0.0, "rows_deleted": 5.0}
 	if fmt.Sprint(run.Cleaner) != fmt.Sprint(want) {
-		t.Fatalf("api clean cleaner = %v, want %v (output %s)", run.Cleaner, want, stdout)
+		t.Fatalf("repolock clean cleaner = %v, want %v (output %s)", run.Cleaner, want, stdout)
 	}
 	if n := rows(oldUID); n != 0 {
 		t.Fatalf("old instance rows after clean = %d", n)

@@ -11,7 +11,7 @@ import (
 // TestAliasChangeKeepsOneOwner is issue 24's story, through the real
 // binary at its defaults: an alias change is a re-key applied as one
 // operation, so the moment the admin's POST answers, the repository it
-// merges has one key and one owner; there is no window before `api rekey`.
+// merges has one key and one owner; there is no window before `repolock rekey`.
 // A change that would give a repository two owners is refused with
 // alias_conflict, and nothing changes.
 func TestAliasChangeKeepsOneOwner(t *testing.T) {
@@ -42,13 +42,13 @@ func TestAliasChangeKeepsOneOwner(t *testing.T) {
 	}
 
 	// 3. bob's claim on the alias target's spelling, at once (no wait for
-	// ALIAS_REFRESH, no `api rekey`): claimed by alice.
+	// ALIAS_REFRESH, no `repolock rekey`): claimed by alice.
 	_, err = bob.CreateApplication(ctx, client.CreateApplicationRequest{Name: "mirror", RepoURL: "https://gitlab.example.com/o/r"})
 	if ce := wantAPIError(t, "bob's application", err, http.StatusConflict, client.CodeRepositoryClaimed, ""); ce.Owner() != "alice" {
 		t.Fatalf("bob's application: owner %q, want alice", ce.Owner())
 	}
 
-	// 4. One owner in the reports, and nothing stale for `api rekey`.
+	// 4. One owner in the reports, and nothing stale for `repolock rekey`.
 	wantOneOwner := func(when string) {
 		t.Helper()
 		out, errOut, code := runCLI(t, s.DatabaseURL, "report", "ownership", "--format", "json")
@@ -56,7 +56,7 @@ func TestAliasChangeKeepsOneOwner(t *testing.T) {
 			Items []map[string]any `json:"items"`
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &own) != nil {
-			t.Fatalf("%s: api report ownership: exit %d\n%s\n%s", when, code, out, errOut)
+			t.Fatalf("%s: repolock report ownership: exit %d\n%s\n%s", when, code, out, errOut)
 		}
 		locksOf := map[string]float64{}
 		for _, row := range own.Items {
@@ -64,7 +64,7 @@ func TestAliasChangeKeepsOneOwner(t *testing.T) {
 			locksOf[name], _ = row["locks"].(float64)
 		}
 		if len(locksOf) != 2 || locksOf["alice"] != 1 || locksOf["bob"] != 0 {
-			t.Fatalf("%s: api report ownership = %s, want alice 1 lock, bob none", when, out)
+			t.Fatalf("%s: repolock report ownership = %s, want alice 1 lock, bob none", when, out)
 		}
 		rows, err := admin.GetReport(ctx, "locks", client.ReportOptions{})
 		if err != nil || len(rows.Items) != 1 || rows.Items[0]["git_repository_url"] != "gitlab.example.com/o/r" || rows.Items[0]["owner_name"] != "alice" {
@@ -104,7 +104,7 @@ func TestAliasChangeKeepsOneOwner(t *testing.T) {
 	out, errOut, code := runCLI(t, s.DatabaseURL, "alias", "--dry-run", "add", merge.From, merge.To)
 	var plan client.AliasChange
 	if code != 3 || json.Unmarshal([]byte(out), &plan) != nil || !plan.DryRun || len(plan.Conflicts) != 1 || plan.Conflicts[0].OtherUser != "bob" {
-		t.Fatalf("api alias --dry-run add: exit %d, want 3 with the plan\n%s\n%s", code, out, errOut)
+		t.Fatalf("repolock alias --dry-run add: exit %d, want 3 with the plan\n%s\n%s", code, out, errOut)
 	}
 	if as, err := admin.ListAliases(ctx); err != nil || len(as) != 1 || as[0].ID != alias.ID {
 		t.Fatalf("aliases after the refused change: %v %+v, want only the first", err, as)

@@ -33,7 +33,7 @@ import (
 //     clients;
 //   - the first page of a tenant's locks;
 //   - report queries (ownership for 100 tenants, the last 1000 denials);
-//   - GC (api gc, the process start included): one run collecting the 1%
+//   - GC (repolock gc, the process start included): one run collecting the 1%
 //     unreferenced locks; one right after it with nothing to collect (its
 //     scan passes over the index entries of the locks just deleted, not yet
 //     vacuumed); then, after a VACUUM of the lock table (what autovacuum
@@ -45,9 +45,9 @@ import (
 //   - disk size per table and index;
 //   - rules changes (issue 24): the locks are keyed under rules version 1,
 //     1% of them on the host gitlab-ssh.scale.example and 1% under a key
-//     their URL no longer has; `api alias add gitlab-ssh.scale.example
+//     their URL no longer has; `repolock alias add gitlab-ssh.scale.example
 //     gitlab.scale.example` re-keys the first 1% (target: 30 s or less at
-//     10M), then `api rekey` checks every lock and moves the other 1%
+//     10M), then `repolock rekey` checks every lock and moves the other 1%
 //     (target: 10 minutes or less at 10M);
 //   - the latest migration applied to the full table: migrate down 1, then
 //     the time of migrate up.
@@ -58,7 +58,7 @@ import (
 // both sizes.
 // scaleKey and scaleURL are the key and the URL of lock g in SQL ($3 the
 // number of tenants): 1% on gitlab-ssh.scale.example (an alias moves
-// them), 1% under a key their URL no longer has (api rekey moves them).
+// them), 1% under a key their URL no longer has (repolock rekey moves them).
 const (
 	scaleKey = `CASE WHEN g % 100 = 37 THEN 'gitlab-ssh.scale.example' ELSE 'github.com' END || '/scale-' || (g % $3) || '/repo-' || g || CASE WHEN g % 100 = 51 THEN '.legacy' ELSE '' END`
 	scaleURL = `CASE WHEN g % 100 = 37 THEN 'ssh://git@gitlab-ssh.scale.example' ELSE 'https://github.com' END || '/scale-' || (g % $3) || '/repo-' || g`
@@ -104,9 +104,9 @@ func BenchmarkScale(b *testing.B) {
 		gcRows(fmt.Sprintf("GC of %s unreferenced", fmtCount(s.fixed)), s.gcFixed, l.gcFixed)
 		gcRows("GC with nothing to collect", s.gcIdle, l.gcIdle)
 	}
-	row("api alias add (1% of the locks on its host)", s.aliasTime.Seconds(), l.aliasTime.Seconds(), "s ")
+	row("repolock alias add (1% of the locks on its host)", s.aliasTime.Seconds(), l.aliasTime.Seconds(), "s ")
 	row("  locks it re-keyed", float64(s.aliasRekeyed), float64(l.aliasRekeyed), "  ")
-	row("api rekey (every lock stale, 1% moving)", s.rekeyTime.Seconds(), l.rekeyTime.Seconds(), "s ")
+	row("repolock rekey (every lock stale, 1% moving)", s.rekeyTime.Seconds(), l.rekeyTime.Seconds(), "s ")
 	row("  locks checked per second", float64(s.rekeyChecked)/s.rekeyTime.Seconds(), float64(l.rekeyChecked)/l.rekeyTime.Seconds(), "/s")
 	row("  references moved to another key", float64(s.rekeyMoved), float64(l.rekeyMoved), "  ")
 	row("migrate up, latest migration (whole table)", s.migrateTime.Seconds(), l.migrateTime.Seconds(), "s ")
@@ -115,8 +115,8 @@ func BenchmarkScale(b *testing.B) {
 	if !scaleRulesOnly() {
 		fmt.Fprintf(&out, "target: acquire p99 at %s within 1.5x of at %s: %.2fx\n", fmtCount(l.locks), fmtCount(s.locks), ms(l.ops["acquire"].p99)/ms(s.ops["acquire"].p99))
 	}
-	fmt.Fprintf(&out, "target: api alias add on the host of 1%% of %s locks in 30 s or less: %.1f s\n", fmtCount(l.locks), l.aliasTime.Seconds())
-	fmt.Fprintf(&out, "target: api rekey of %s locks (1%% moving) in 10 minutes or less: %.1f min\n", fmtCount(l.locks), l.rekeyTime.Minutes())
+	fmt.Fprintf(&out, "target: repolock alias add on the host of 1%% of %s locks in 30 s or less: %.1f s\n", fmtCount(l.locks), l.aliasTime.Seconds())
+	fmt.Fprintf(&out, "target: repolock rekey of %s locks (1%% moving) in 10 minutes or less: %.1f min\n", fmtCount(l.locks), l.rekeyTime.Minutes())
 	if !scaleRulesOnly() {
 		fmt.Fprintf(&out, "target: GC time proportional to the unreferenced locks, not to the table size:\n")
 		fmt.Fprintf(&out, "  the same %s unreferenced locks in a %.0fx larger table took %.2fx the time\n",
@@ -137,7 +137,7 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(l.rekeyTime.Seconds(), "rekey_s")
 }
 
-// gcStats is one api gc run: its wall time (process start included) and
+// gcStats is one repolock gc run: its wall time (process start included) and
 // figures.
 type gcStats struct {
 	time       time.Duration
@@ -367,7 +367,7 @@ func (r *scaleResult) serve(b *testing.B, dbURL string, db *sql.DB, tenants int,
 	}, http.StatusOK)
 	progress("requests measured; GC")
 
-	// GC through `api gc` (what cron runs): at 10M a full scan took longer
+	// GC through `repolock gc` (what cron runs): at 10M a full scan took longer
 	// than an HTTP client waits. Only the generated locks are old enough
 	// (--min-age 1h), not the bench's own fresh acquires.
 	gc := func(what string) gcStats {
@@ -376,7 +376,7 @@ func (r *scaleResult) serve(b *testing.B, dbURL string, db *sql.DB, tenants int,
 		out, errOut, code := runCLIWith(b, dbURL, 2*time.Hour, "gc", "--min-age", "1h", "--timeout", "2h")
 		st := gcStats{time: time.Since(start)}
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Status != "succeeded" {
-			b.Fatalf("api gc (%s): exit %d\n%s\n%s", what, code, out, errOut)
+			b.Fatalf("repolock gc (%s): exit %d\n%s\n%s", what, code, out, errOut)
 		}
 		progress("GC %s: deleted %d of %d candidates (cleared %d) in %s", what, st.Deleted, st.Candidates, st.Cleared, st.time.Round(time.Millisecond))
 		return st
@@ -482,7 +482,7 @@ func (r *scaleResult) rulesChanges(b *testing.B, dbURL string, db *sql.DB, progr
 		b.Fatalf("alias add: %v\n%s", err, out)
 	}
 	r.aliasRekeyed = ch.Rekeyed
-	progress("api alias add in %s: %d locks re-keyed", r.aliasTime.Round(time.Millisecond), ch.Rekeyed)
+	progress("repolock alias add in %s: %d locks re-keyed", r.aliasTime.Round(time.Millisecond), ch.Rekeyed)
 	start = time.Now()
 	out, errOut, code = runCLIWith(b, dbURL, 3*time.Hour, "rekey", "--quiet")
 	r.rekeyTime = time.Since(start)
@@ -497,7 +497,7 @@ func (r *scaleResult) rulesChanges(b *testing.B, dbURL string, db *sql.DB, progr
 		b.Fatalf("rekey: %v\n%s", err, out)
 	}
 	r.rekeyChecked, r.rekeyMoved = rep.Stale, rep.Moved
-	progress("api rekey in %s: %d locks checked, %d references moved", r.rekeyTime.Round(time.Millisecond), rep.Stale, rep.Moved)
+	progress("repolock rekey in %s: %d locks checked, %d references moved", r.rekeyTime.Round(time.Millisecond), rep.Stale, rep.Moved)
 
 	// The latest migration on the whole table, as an upgrade would run it.
 	if out, errOut, code := runCLIWith(b, dbURL, time.Hour, "migrate", "down", "1"); code != 0 {

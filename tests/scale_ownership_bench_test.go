@@ -21,13 +21,13 @@ import (
 // (default 10,000) tenants, 99% referenced (half by an application, half
 // by a credential), 1% not; then, through the binary:
 //
-//   - `api report ownership --format csv`, every tenant, process start
+//   - `repolock report ownership --format csv`, every tenant, process start
 //     included (target: 5 s or less at 10M locks);
 //   - the first HTTP page, GET /v1/admin/reports/ownership?limit=100
 //     (target: 100 ms or less);
 //   - both again with SCALE_DELTAS (default 20,000) unfolded delta rows,
 //     what a busy fleet leaves between two folds (REPORTS_FOLD_INTERVAL);
-//   - `api report verify` (the recount from the base tables: O(locks), not
+//   - `repolock report verify` (the recount from the base tables: O(locks), not
 //     a report) and the figures' one-time computation
 //     (repolock_ownership_rebuild, what migration 000023 costs).
 func BenchmarkScaleOwnership(b *testing.B) {
@@ -122,7 +122,7 @@ func BenchmarkScaleOwnership(b *testing.B) {
 	}
 	allTime, out := cli("report", "ownership", "--format", "csv")
 	if n := strings.Count(out, "\n") - 1; n != tenants {
-		b.Fatalf("api report ownership printed %d tenants, want %d", n, tenants)
+		b.Fatalf("repolock report ownership printed %d tenants, want %d", n, tenants)
 	}
 	p50, p99 := page()
 	run(`INSERT INTO report_ownership_deltas (cluster_user_id, locks, applications, credentials, unreferenced_locks)
@@ -131,16 +131,16 @@ func BenchmarkScaleOwnership(b *testing.B) {
 	p50d, p99d := page()
 	t0 = time.Now()
 	if _, errOut, code := runCLIB(b, dbURL, "report", "verify"); code != 0 {
-		b.Fatalf("api report verify: exit %d: %s", code, errOut)
+		b.Fatalf("repolock report verify: exit %d: %s", code, errOut)
 	}
 	verifyTime := time.Since(t0)
 
 	var w strings.Builder
 	fmt.Fprintf(&w, "\nreport_ownership at %s locks, %s tenants (load average %s)\n", fmtCount(locks), fmtCount(tenants), loadAvg())
-	fmt.Fprintf(&w, "  api report ownership (all tenants, csv, process start included): %7.0f ms\n", ms(allTime))
+	fmt.Fprintf(&w, "  repolock report ownership (all tenants, csv, process start included): %7.0f ms\n", ms(allTime))
 	fmt.Fprintf(&w, "  GET /v1/admin/reports/ownership?limit=100: p50 %.1f ms, p99 %.1f ms\n", ms(p50), ms(p99))
 	fmt.Fprintf(&w, "  with %s unfolded deltas: all tenants %.0f ms; first page p50 %.1f ms, p99 %.1f ms\n", fmtCount(deltas), ms(allDeltas), ms(p50d), ms(p99d))
-	fmt.Fprintf(&w, "  api report verify (recount, O(locks)): %.1f s; figures computed from scratch (migration 000023, repair): %.1f s\n", verifyTime.Seconds(), rebuildTime.Seconds())
+	fmt.Fprintf(&w, "  repolock report verify (recount, O(locks)): %.1f s; figures computed from scratch (migration 000023, repair): %.1f s\n", verifyTime.Seconds(), rebuildTime.Seconds())
 	fmt.Fprintf(&w, "target: all %s tenants in 5 s or less: %.2f s\n", fmtCount(tenants), allTime.Seconds())
 	fmt.Fprintf(&w, "target: first HTTP page (100 tenants) in 100 ms or less: p99 %.1f ms\n", ms(p99))
 	b.Log(w.String())

@@ -4,7 +4,7 @@
 //
 //	benchsql freeport
 //	    prints a free 127.0.0.1:PORT.
-//	benchsql capture -bin bin/api -database-url URL -admin-token T -token T -out DIR
+//	benchsql capture -bin bin/repolock -database-url URL -admin-token T -token T -out DIR
 //	    starts the binary (default settings) with its DATABASE_URL pointed at a
 //	    Postgres wire-protocol proxy, sends POST /v1/locks/acquire with a fresh
 //	    URL, and records every statement the binary executes during that
@@ -312,7 +312,7 @@ func decodeBind(b []byte, named map[string]string) (stmt, bool) {
 
 func runCapture(args []string) error {
 	fs := flag.NewFlagSet("capture", flag.ContinueOnError)
-	bin := fs.String("bin", "bin/api", "the api binary")
+	bin := fs.String("bin", "bin/repolock", "the api binary")
 	dbURL := fs.String("database-url", "", "the benchmark database (migrated)")
 	adminToken := fs.String("admin-token", "", "ADMIN_TOKEN for the binary")
 	token := fs.String("token", "", "a tenant token")

@@ -497,10 +497,10 @@ func TestContainerfile(t *testing.T) {
 	}
 	for _, want := range []string{
 		"FROM gcr.io/distroless/static-debian12:nonroot",
-		"COPY --from=build /out/api /api",
+		"COPY --from=build /out/repolock /repolock",
 		"ENV LISTEN_ADDR=0.0.0.0:8080",
 		"USER 65532:65532",
-		`ENTRYPOINT ["/api"]`,
+		`ENTRYPOINT ["/repolock"]`,
 		`CMD ["serve"]`,
 		`org.opencontainers.image.source="${SOURCE}"`,
 		`org.opencontainers.image.version="${VERSION}"`,
@@ -521,7 +521,7 @@ func TestContainerfile(t *testing.T) {
 	for _, want := range []string{
 		"--user 65532:65532",
 		"--env LISTEN_ADDR=0.0.0.0:8080",
-		`--entrypoint '["/api"]'`,
+		`--entrypoint '["/repolock"]'`,
 		"--cmd serve",
 		"org.opencontainers.image.source=",
 		"org.opencontainers.image.version=",
