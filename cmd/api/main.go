@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"sync"
 
 	"io"
 	"os"
@@ -55,6 +56,18 @@ type env struct {
 	getenv         func(string) string
 }
 
+// syncWriter serializes the writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 var errUsage = errors.New("usage")
 
 // exitError carries a specific exit code.
@@ -74,6 +87,12 @@ func main() {
 }
 
 func run(ctx context.Context, e *env, args []string) int {
+	// The logger (background goroutines: the watch's listener, the
+	// scheduled GC) and the command itself both write to stderr; an
+	// *os.File takes concurrent writes, a test's bytes.Buffer does not.
+	if _, isFile := e.stderr.(*os.File); !isFile {
+		e = &env{stdout: e.stdout, stderr: &syncWriter{w: e.stderr}, getenv: e.getenv}
+	}
 	if len(args) == 0 {
 		usage(e.stderr)
 		return 2

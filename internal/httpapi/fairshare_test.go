@@ -233,7 +233,10 @@ func TestRequestDeadlineFreesConnection(t *testing.T) {
 				t.Parallel()
 				timeout := time.Minute
 				if how == "timeout" {
-					timeout = 300 * time.Millisecond
+					// Long enough for the test to see the request wait on
+					// the held table first, on a loaded CI machine too
+					// (300 ms was not: WaitUntilBlockedAny missed it).
+					timeout = 3 * time.Second
 				}
 				e := newAPIEnv(t, withRequestTimeout(timeout)).on(t)
 				tok := e.tenant("deadline")
