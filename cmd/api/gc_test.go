@@ -281,7 +281,7 @@ func TestReportVerifyCommand(t *testing.T) {
 		"alice        " + c.user + "  unreferenced_locks  1         2       -1\n" +
 		"alice        " + c.user + "  lock_flags_wrong    0         1       -1\n" +
 		"drift: 1 of 1 tenants\n"
-	if code != 1 || out != want || errOut != "api report: ownership figures drift for 1 of 1 tenants\n" {
+	if code != 1 || out != want || errOut != "repolock report: ownership figures drift for 1 of 1 tenants\n" {
 		t.Fatalf("verify with drift: exit %d, stdout\n%s\nwant\n%s\nstderr %q", code, out, want, errOut)
 	}
 	if code, out, _ := c.run(ctx, "report", "verify", "--format", "json"); code != 1 || !strings.Contains(out, `"ok":false`) || !strings.Contains(out, `"bad_flags":1`) {
