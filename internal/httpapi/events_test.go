@@ -207,7 +207,9 @@ func (s *sseStream) nextEvent() sseEvent {
 // timeout with heartbeats and bookmarks, and caps a tenant's watchers.
 func TestEventsStream(t *testing.T) {
 	t.Parallel()
-	e := newAPIEnv(t, withRequestTimeout(300*time.Millisecond), withEventStreams(50*time.Millisecond, 5*time.Second))
+	// A request timeout a loaded CI machine's acquires fit in (300 ms did
+	// not always); the stream must outlive it (30 heartbeats: 1.5 s).
+	e := newAPIEnv(t, withRequestTimeout(time.Second), withEventStreams(50*time.Millisecond, 5*time.Second))
 	alice, bob := e.tenant("alice"), e.tenant("bob")
 	s, _ := e.openStream(t, alice, "", "")
 	first := s.next(nil)
@@ -235,10 +237,10 @@ func TestEventsStream(t *testing.T) {
 		t.Fatalf("resumed after %s: %+v, want the event %s", one.id, ev, two.id)
 	}
 
-	// The stream lives past the request timeout (300ms): heartbeats keep
+	// The stream lives past the request timeout (1s): heartbeats keep
 	// coming, and then an event still arrives.
 	beats := 0
-	for beats < 12 {
+	for beats < 30 {
 		s.next(&beats)
 	}
 	e.acquire(alice, "https://github.com/acme/three")

@@ -324,7 +324,8 @@ type Service struct {
 	reads    int // reads of the loop (advance), for tests
 
 	wake      chan struct{}
-	written   chan struct{} // Written: a NOTIFY is due
+	written   chan struct{}  // Written: a NOTIFY is due
+	wg        sync.WaitGroup // Start's goroutines; Close waits for them
 	listener  *pq.Listener
 	connected bool
 	done      chan struct{}
@@ -740,7 +741,9 @@ func (s *Service) Start(ctx context.Context) {
 	if s.cfg.ListenURL != "" {
 		s.listener = pq.NewListener(s.cfg.ListenURL, 50*time.Millisecond, 2*time.Second, s.event)
 		notify = s.listener.NotificationChannel()
+		s.wg.Add(1)
 		go func() {
+			defer s.wg.Done()
 			// Listen returns once the first connection is up and LISTEN
 			// took effect: only then does the service count on
 			// notifications (the Connected event comes before it).
@@ -757,8 +760,9 @@ func (s *Service) Start(ctx context.Context) {
 	} else if !s.cfg.SharedListener {
 		s.cfg.Logger.Info("watch: no LISTEN connection; polling", "interval", s.cfg.PollInterval.String())
 	}
-	go s.loop(ctx, notify)
-	go s.notifier(ctx)
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.loop(ctx, notify) }()
+	go func() { defer s.wg.Done(); s.notifier(ctx) }()
 }
 
 // Written tells the service that this process has committed a change that
@@ -1021,4 +1025,6 @@ func (s *Service) Close() {
 	if s.listener != nil {
 		_ = s.listener.Close()
 	}
+	// Nothing of the service runs (or logs) after Close returns.
+	s.wg.Wait()
 }
