@@ -127,6 +127,20 @@ func argError(fs *flagSet, format string, args ...any) error {
 	return errUsage
 }
 
+// wantAction checks a command with actions (repolock user create NAME,
+// ...): pos[0] is one of actions' keys, and the rest are that action's
+// arguments (wantArgs). missing says what to do when no action is given.
+func wantAction(fs *flagSet, pos []string, missing string, actions map[string][]string) error {
+	if len(pos) == 0 {
+		return argError(fs, "missing what to do: %s", missing)
+	}
+	names, ok := actions[pos[0]]
+	if !ok {
+		return errUnknownAction(fs, pos[0])
+	}
+	return wantArgs(fs, strings.TrimPrefix(fs.Name(), progName+" ")+" "+pos[0], pos[1:], names...)
+}
+
 // wantArgs checks the arguments got of the form "form" (the command and
 // its action, such as "user token"), whose arguments are names (a last
 // name ending in "..." takes one or more): the first one missing, or the

@@ -28,15 +28,8 @@ func runLocks(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) >= 1 && pos[0] != "owner" && pos[0] != "list" && pos[0] != "transfer" {
-		return errUnknownAction(fs, pos[0])
-	}
-	if len(pos) == 0 {
-		return argError(fs, "missing what to do: owner URL..., list USER or transfer LOCK_ID|URL USER")
-	}
-	if err := wantArgs(fs, "locks "+pos[0], pos[1:], map[string][]string{
-		"owner": {"URL..."}, "list": {"USER"}, "transfer": {"LOCK_ID|URL", "USER"},
-	}[pos[0]]...); err != nil {
+	if err := wantAction(fs, pos, "owner URL..., list USER or transfer LOCK_ID|URL USER",
+		map[string][]string{"owner": {"URL..."}, "list": {"USER"}, "transfer": {"LOCK_ID|URL", "USER"}}); err != nil {
 		return err
 	}
 	db, err := common.open(ctx)

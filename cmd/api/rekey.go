@@ -94,14 +94,8 @@ func runAlias(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		return argError(fs, "missing what to do: list, add FROM TO or remove FROM")
-	}
-	names, ok := map[string][]string{"list": nil, "add": {"FROM", "TO"}, "remove": {"FROM"}}[pos[0]]
-	if !ok {
-		return errUnknownAction(fs, pos[0])
-	}
-	if err := wantArgs(fs, "alias "+pos[0], pos[1:], names...); err != nil {
+	if err := wantAction(fs, pos, "list, add FROM TO or remove FROM",
+		map[string][]string{"list": nil, "add": {"FROM", "TO"}, "remove": {"FROM"}}); err != nil {
 		return err
 	}
 	db, err := common.open(ctx)

@@ -33,14 +33,8 @@ func runReservation(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		return argError(fs, "missing what to do: list, add PREFIX TENANT or remove ID")
-	}
-	names, ok := map[string][]string{"list": nil, "add": {"PREFIX", "TENANT"}, "remove": {"ID"}}[pos[0]]
-	if !ok {
-		return errUnknownAction(fs, pos[0])
-	}
-	if err := wantArgs(fs, "reservation "+pos[0], pos[1:], names...); err != nil {
+	if err := wantAction(fs, pos, "list, add PREFIX TENANT or remove ID",
+		map[string][]string{"list": nil, "add": {"PREFIX", "TENANT"}, "remove": {"ID"}}); err != nil {
 		return err
 	}
 	db, err := common.open(ctx)

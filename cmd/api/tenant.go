@@ -24,17 +24,11 @@ func runTenant(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) < 1 {
-		return argError(fs, "missing what to do: create NAME, list, token NAME, revoke NAME or delete NAME")
-	}
-	action, rest := pos[0], pos[1:]
-	names, ok := map[string][]string{"create": {"NAME"}, "list": nil, "token": {"NAME"}, "revoke": {"NAME"}, "delete": {"NAME"}}[action]
-	if !ok {
-		return errUnknownAction(fs, action)
-	}
-	if err := wantArgs(fs, "user "+action, rest, names...); err != nil {
+	if err := wantAction(fs, pos, "create NAME, list, token NAME, revoke NAME or delete NAME",
+		map[string][]string{"create": {"NAME"}, "list": nil, "token": {"NAME"}, "revoke": {"NAME"}, "delete": {"NAME"}}); err != nil {
 		return err
 	}
+	action, rest := pos[0], pos[1:]
 	db, err := common.open(ctx)
 	if err != nil {
 		return err
