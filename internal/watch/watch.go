@@ -329,7 +329,6 @@ type Service struct {
 	listener  *pq.Listener
 	connected bool
 	done      chan struct{}
-	stopped   chan struct{}
 }
 
 // New returns the service on db. It does not connect: Start does.
@@ -363,7 +362,6 @@ func New(db *database.DB, cfg Config) *Service {
 		wake:     make(chan struct{}, 1),
 		written:  make(chan struct{}, 1),
 		done:     make(chan struct{}),
-		stopped:  make(chan struct{}),
 	}
 }
 
@@ -799,16 +797,23 @@ func (s *Service) notifier(ctx context.Context) {
 			s.cfg.Logger.Debug("watch: NOTIFY failed", "error", err.Error())
 		}
 		cancel()
-		t := time.NewTimer(s.cfg.Coalesce)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !s.pause(ctx, s.cfg.Coalesce) {
 			return
-		case <-s.done:
-			t.Stop()
-			return
-		case <-t.C:
 		}
+	}
+}
+
+// pause waits d; false when the service stops first.
+func (s *Service) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -880,7 +885,6 @@ func (s *Service) poke() {
 // a running transaction (that transaction's end sends no notification when
 // it wrote no event).
 func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
-	defer close(s.stopped)
 	retry := time.Duration(0)
 	var last, lastRead time.Time
 	for {
@@ -890,17 +894,8 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 		}
 		// Coalesce: the notifications of the next Coalesce are served by
 		// the next read.
-		if d := s.cfg.Coalesce - time.Since(last); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-s.done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		if d := s.cfg.Coalesce - time.Since(last); d > 0 && !s.pause(ctx, d) {
+			return
 		}
 		for drained := false; !drained; {
 			select {
