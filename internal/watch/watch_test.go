@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/repolock/repolock"
+
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/tenants"
@@ -411,6 +413,51 @@ func TestNotifyWakes(t *testing.T) {
 				t.Fatalf("got %v, want [%d]", got, id)
 			}
 		})
+	}
+}
+
+// TestWrittenCoalescesNotifications: a burst of Written calls sends one
+// NOTIFY per Config.Coalesce, not one per call (each NOTIFY is a commit of
+// its own on the server), and at least one: the other replicas do hear of
+// the burst.
+func TestWrittenCoalescesNotifications(t *testing.T) {
+	t.Parallel()
+	db, url := dbtest.NewWithURL(t)
+	l := pq.NewListener(url, 50*time.Millisecond, time.Second, nil)
+	t.Cleanup(func() { _ = l.Close() })
+	if err := l.Listen(watch.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	w := watch.New(db, watch.Config{Retention: -1, PollInterval: time.Hour, Coalesce: time.Second, Logger: discard()})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w.Start(ctx)
+	t.Cleanup(w.Close)
+	// 100 calls, 5 ms apart (each one after the previous NOTIFY had time
+	// to go out): within one coalescing interval.
+	const calls = 100
+	for range calls {
+		w.Written()
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := 0
+	timeout := time.After(3 * time.Second)
+	for done := false; !done; {
+		select {
+		case n := <-l.NotificationChannel():
+			if n != nil {
+				got++
+			}
+		case <-timeout:
+			done = true
+		}
+	}
+	// The first call's NOTIFY, one more at the end of each interval the
+	// burst spans (one or two; a few on a machine slow enough to stretch
+	// the sleeps), and nothing after it. Without the coalescing it is one
+	// per call.
+	if got < 1 || got > calls/10 {
+		t.Fatalf("%d notifications for %d calls of Written, want from 1 to %d", got, calls, calls/10)
 	}
 }
 
