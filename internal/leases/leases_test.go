@@ -16,8 +16,8 @@ import (
 	"github.com/repolock/repolock/internal/dbtest"
 	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/locks"
-	"github.com/repolock/repolock/internal/pglisten"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pglisten"
 )
 
 type env struct {
