@@ -154,8 +154,10 @@ func waitForDatabase(ctx context.Context, db *database.DB, logger *slog.Logger, 
 // startup brings serve to ready: it waits for the database, runs the
 // migrations on start, loads what the service needs from the database
 // (load: the configured normalizer aliases) — retrying while the database
-// is unreachable; any other error is fatal. migrate, when not nil, applies the migrations (through
-// MIGRATE_DATABASE_URL when it is set).
+// is unreachable; any other error is fatal. migrate, when not nil, applies
+// the migrations (through MIGRATE_DATABASE_URL when it is set). The LISTEN
+// session is not its concern: run starts it at once, and it connects when
+// the database answers.
 func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, load func(context.Context) error, ready *readiness) error {
 	for {
 		if err := waitForDatabase(ctx, db, logger, ready); err != nil {
