@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock/internal/gc"
+	"github.com/repolock/repolock/internal/pglisten"
 	"github.com/repolock/repolock/internal/watch"
 )
 
@@ -63,17 +64,18 @@ func runEvents(ctx context.Context, e *env, args []string) error {
 		}
 		sc = watch.Scope{TenantID: u.ID}
 	}
-	cfg := watch.Config{Retention: *retention, Logger: logger}
+	w := watch.New(db, watch.Config{Retention: *retention, Logger: logger})
 	if *follow {
-		cfg.ListenURL = common.databaseURL
+		listenURL := common.databaseURL
 		if u := common.db.migrationURL(); u != "" {
-			cfg.ListenURL = u // a session of its own, not through a pooler
+			listenURL = u // a session of its own, not through a pooler
 		}
-	}
-	w := watch.New(db, cfg)
-	if *follow {
+		l := pglisten.New(pglisten.Config{URL: listenURL, Logger: logger})
+		l.Subscribe(watch.NotifyChannel, pglisten.Subscriber{Notify: w.Notify, State: w.SetListening})
 		w.Start(ctx)
 		defer w.Close()
+		l.Start()
+		defer l.Close()
 	}
 	cursor := *after
 	for {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/repolock/repolock/internal/database"
+	"github.com/repolock/repolock/internal/pglisten"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -20,14 +21,15 @@ type poolFlags struct {
 	maxLifetime time.Duration
 	maxIdleTime time.Duration
 
-	cacheSize   int
-	cacheTTL    time.Duration
-	cacheListen bool
+	cacheSize      int
+	cacheTTL       time.Duration
+	cacheListenTTL time.Duration
+	cacheListen    bool
 }
 
 func (p *poolFlags) register(fs *flagSet) {
 	fs.IntVar(&p.maxOpen, "db-max-open-conns", fs.envInt("DB_MAX_OPEN_CONNS", database.DefaultMaxOpenConns),
-		"most connections this process opens to Postgres; replicas x this (+1 each for the token listener) must fit max_connections [DB_MAX_OPEN_CONNS]")
+		"most connections this process opens to Postgres; replicas x (this + 1, the process's one LISTEN session) must fit max_connections [DB_MAX_OPEN_CONNS]")
 	fs.IntVar(&p.maxIdle, "db-max-idle-conns", fs.envInt("DB_MAX_IDLE_CONNS", 0),
 		"connections kept open while idle; 0 means the same as --db-max-open-conns (lower values reopen Postgres sessions under load) [DB_MAX_IDLE_CONNS]")
 	fs.DurationVar(&p.maxLifetime, "db-conn-max-lifetime", fs.envDuration("DB_CONN_MAX_LIFETIME", 30*time.Minute),
@@ -37,9 +39,11 @@ func (p *poolFlags) register(fs *flagSet) {
 	fs.IntVar(&p.cacheSize, "token-cache-size", fs.envInt("TOKEN_CACHE_SIZE", tenants.DefaultCacheSize),
 		"tokens cached in process (token hash -> tenant); 0 is off (no cache): every request asks the database [TOKEN_CACHE_SIZE]")
 	fs.DurationVar(&p.cacheTTL, "token-cache-ttl", fs.envDuration("TOKEN_CACHE_TTL", tenants.DefaultCacheTTL),
-		"how long a cached token is trusted without a notification; the bound on revocation delay when notifications are lost; 0 means the default [TOKEN_CACHE_TTL]")
+		"how long a cached token is trusted while the cache is not listening for revocations (the LISTEN session is down or off): the bound on revocation delay then; 0 means the default [TOKEN_CACHE_TTL]")
+	fs.DurationVar(&p.cacheListenTTL, "token-cache-listen-ttl", fs.envDuration("TOKEN_CACHE_LISTEN_TTL", tenants.DefaultCacheListenTTL),
+		"how long a cached token is trusted while revocations arrive by notification (the LISTEN session is up); at least --token-cache-ttl; 0 means the default [TOKEN_CACHE_LISTEN_TTL]")
 	fs.BoolVar(&p.cacheListen, "token-cache-listen", fs.envBool("TOKEN_CACHE_LISTEN", true),
-		"LISTEN for token revocations and tenant deletions (one extra connection); false: revocations take up to --token-cache-ttl (e.g. behind a transaction-pooling PgBouncer) [TOKEN_CACHE_LISTEN]")
+		"the token cache subscribes to the process's LISTEN session for token revocations and tenant deletions; false: revocations take up to --token-cache-ttl (e.g. behind a transaction-pooling PgBouncer without MIGRATE_DATABASE_URL) [TOKEN_CACHE_LISTEN]")
 }
 
 // config checks the flags and returns the pool configuration.
@@ -51,37 +55,40 @@ func (p *poolFlags) config() (database.PoolConfig, error) {
 		return database.PoolConfig{}, fmt.Errorf("--db-max-idle-conns must be 0..--db-max-open-conns (%d)", p.maxOpen)
 	case p.maxLifetime < 0 || p.maxIdleTime < 0:
 		return database.PoolConfig{}, fmt.Errorf("--db-conn-max-lifetime and --db-conn-max-idle-time must not be negative")
-	case p.cacheSize < 0 || p.cacheTTL < 0:
-		return database.PoolConfig{}, fmt.Errorf("--token-cache-size and --token-cache-ttl must not be negative")
+	case p.cacheSize < 0 || p.cacheTTL < 0 || p.cacheListenTTL < 0:
+		return database.PoolConfig{}, fmt.Errorf("--token-cache-size, --token-cache-ttl and --token-cache-listen-ttl must not be negative")
 	}
 	return database.PoolConfig{MaxOpenConns: p.maxOpen, MaxIdleConns: p.maxIdle, ConnMaxLifetime: p.maxLifetime, ConnMaxIdleTime: p.maxIdleTime}, nil
 }
 
 // tokenCacheConfig is the token cache's configuration: Size 0 is off.
 type tokenCacheConfig struct {
-	Size   int
-	TTL    time.Duration
+	Size      int
+	TTL       time.Duration
+	ListenTTL time.Duration
+	// Listen: the cache subscribes to the process's LISTEN session.
 	Listen bool
 }
 
 func (p *poolFlags) tokenCache() tokenCacheConfig {
-	return tokenCacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, Listen: p.cacheListen}
+	return tokenCacheConfig{Size: p.cacheSize, TTL: p.cacheTTL, ListenTTL: p.cacheListenTTL, Listen: p.cacheListen}
 }
 
-// newTokenCache returns the token cache, or nil when it is off (Size 0);
-// with Listen, its listener connects to listenURL when Start is called,
-// and serves also (nil: none) on the same session.
-func newTokenCache(cfg tokenCacheConfig, listenURL string, also *tenants.Subscriber, logger *slog.Logger) *tenants.Cache {
+// newTokenCache returns the token cache, or nil when it is off (Size 0).
+// With Listen, it subscribes to listener's session; otherwise entries live
+// for TTL.
+func newTokenCache(cfg tokenCacheConfig, listener *pglisten.Listener, logger *slog.Logger) *tenants.Cache {
 	if cfg.Size == 0 {
 		logger.Info("token cache disabled (TOKEN_CACHE_SIZE=0): every request authenticates against the database")
 		return nil
 	}
-	cc := tenants.CacheConfig{Size: cfg.Size, TTL: cfg.TTL, Logger: logger}
-	if cfg.Listen {
-		cc.ListenURL = listenURL
-		cc.Also = also
+	c := tenants.NewCache(tenants.CacheConfig{Size: cfg.Size, TTL: cfg.TTL, ListenTTL: cfg.ListenTTL, Logger: logger})
+	if cfg.Listen && listener != nil {
+		listener.Subscribe(tenants.NotifyChannel, pglisten.Subscriber{Notify: c.Invalidate, State: c.SetListening})
+	} else {
+		logger.Info("token cache: not listening (TOKEN_CACHE_LISTEN=false); revocations take effect within the cache TTL", "ttl", cfg.TTL.String())
 	}
-	return tenants.NewCache(cc)
+	return c
 }
 
 // url returns the database URL of the flags or the environment.
@@ -147,10 +154,11 @@ func waitForDatabase(ctx context.Context, db *database.DB, logger *slog.Logger, 
 // startup brings serve to ready: it waits for the database, runs the
 // migrations on start, loads what the service needs from the database
 // (load: the configured normalizer aliases) — retrying while the database
-// is unreachable; any other error is fatal — and starts the token cache's
-// listener. migrate, when not nil, applies the migrations (through
-// MIGRATE_DATABASE_URL when it is set).
-func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, load func(context.Context) error, cache *tenants.Cache, ready *readiness) error {
+// is unreachable; any other error is fatal. migrate, when not nil, applies
+// the migrations (through MIGRATE_DATABASE_URL when it is set). The LISTEN
+// session is not its concern: run starts it at once, and it connects when
+// the database answers.
+func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate func(context.Context) error, load func(context.Context) error, ready *readiness) error {
 	for {
 		if err := waitForDatabase(ctx, db, logger, ready); err != nil {
 			return err
@@ -168,9 +176,6 @@ func startup(ctx context.Context, db *database.DB, logger *slog.Logger, migrate 
 			return err
 		}
 		logger.Warn("startup interrupted by a database outage; retrying", "error", err.Error())
-	}
-	if cache != nil {
-		cache.Start()
 	}
 	ready.set(nil)
 	logger.Info("ready")

@@ -25,6 +25,7 @@ import (
 	"github.com/repolock/repolock/internal/gc"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/leases"
+	"github.com/repolock/repolock/internal/pglisten"
 	"github.com/repolock/repolock/internal/rekey"
 	"github.com/repolock/repolock/internal/reports"
 	"github.com/repolock/repolock/internal/repostate"
@@ -314,7 +315,10 @@ type server struct {
 	svc *services
 	// tokens is the token cache; nil when it is off (TOKEN_CACHE_SIZE=0).
 	tokens *tenants.Cache
-	// leaseNotify is the LISTEN session of waiting lease acquisitions.
+	// listener is the process's one LISTEN session: the token cache, the
+	// watch and leaseNotify subscribe to it.
+	listener *pglisten.Listener
+	// leaseNotify wakes the waiting lease acquisitions of this process.
 	leaseNotify *leases.Notifier
 	// gcWatch exports the newest successful GC run of the fleet (run
 	// refreshes it).
@@ -327,8 +331,8 @@ type server struct {
 	// size); nil when FLEET_HEARTBEAT is 0.
 	fleet *fleet.Membership
 	sync  *syncstate.Store
-	// watch is the process's one watch: its LISTEN connection and event
-	// buffer serve every GET /v1/events.
+	// watch is the process's one watch: its event buffer serves every
+	// GET /v1/events.
 	watch *watch.Service
 
 	http *httpapi.Server
@@ -372,40 +376,29 @@ func buildServer(cfg serveConfig, logger *slog.Logger) (_ *server, err error) {
 		s.onClose(func() { s.reportsDB.Close() })
 	}
 
-	// The services, each built once from explicit dependencies. The token
-	// listener holds a session (LISTEN): behind a transaction-pooling
-	// PgBouncer it needs the direct connection, MIGRATE_DATABASE_URL.
+	// The services, each built once from explicit dependencies. The
+	// process's one LISTEN session serves the watch, the waiting lease
+	// acquisitions and the token cache (Postgres sessions stay at the pool
+	// size + 1). It is a session: behind a transaction-pooling PgBouncer it
+	// needs the direct connection, MIGRATE_DATABASE_URL.
 	listenURL := cfg.DatabaseURL
 	if cfg.MigrateURL != "" {
 		listenURL = cfg.MigrateURL
 	}
-	// The watch shares the token cache's LISTEN session when there is one
-	// (one session for both: Postgres sessions stay at the pool size + 1),
-	// else holds its own.
+	s.listener = pglisten.New(pglisten.Config{URL: listenURL, Logger: logger})
+	s.onClose(s.listener.Close)
 	eventRetention := cfg.Retention.Events
 	if eventRetention == 0 {
 		eventRetention = gc.DefaultEventRetention
 	}
-	shared := cfg.TokenCache.Size != 0 && cfg.TokenCache.Listen
-	wcfg := watch.Config{Retention: eventRetention, PollInterval: cfg.Events.PollInterval,
-		MaxWatchersPerTenant: cfg.Events.WatchersPerTenant, Logger: logger, SharedListener: shared}
-	if !shared {
-		wcfg.ListenURL = listenURL
-	}
-	s.watch = watch.New(s.db, wcfg)
+	s.watch = watch.New(s.db, watch.Config{Retention: eventRetention, PollInterval: cfg.Events.PollInterval,
+		MaxWatchersPerTenant: cfg.Events.WatchersPerTenant, Logger: logger})
 	s.onClose(s.watch.Close)
-	var also *tenants.Subscriber
-	if shared {
-		also = &tenants.Subscriber{Channel: watch.NotifyChannel, Notify: s.watch.Notify, State: s.watch.SetListening}
-	}
-	s.tokens = newTokenCache(cfg.TokenCache, listenURL, also, logger)
-	if s.tokens != nil {
-		s.onClose(s.tokens.Close)
-	}
-	// One LISTEN session per process wakes every waiting lease
-	// acquisition (started by run).
-	s.leaseNotify = leases.NewNotifier(listenURL, logger)
+	s.listener.Subscribe(watch.NotifyChannel, pglisten.Subscriber{Notify: s.watch.Notify, State: s.watch.SetListening})
+	s.tokens = newTokenCache(cfg.TokenCache, s.listener, logger)
+	s.leaseNotify = leases.NewNotifier(logger)
 	s.onClose(s.leaseNotify.Close)
+	s.listener.Subscribe(leases.NotifyChan, pglisten.Subscriber{Notify: s.leaseNotify.Notify, State: s.leaseNotify.SetListening})
 	if s.svc, err = newServices(s.db, rekey.Unloaded(s.db, logger), s.tokens, s.reportsDB, reg, s.leaseNotify); err != nil {
 		return nil, err
 	}
@@ -559,9 +552,10 @@ func (s *server) run(ctx context.Context) error {
 	aliasCtx, stopAliases := context.WithCancel(ctx)
 	defer stopAliases()
 	go s.svc.aliases.Run(aliasCtx, s.cfg.AliasRefresh)
-	// Leases: the release listener, and the cleanup of expired rows no
+	// The LISTEN session (it connects in the background, retrying while
+	// the database is unreachable), and the cleanup of expired leases no
 	// acquisition replaced (an expired lease is free without it).
-	s.leaseNotify.Start()
+	s.listener.Start()
 	cleanupDone := make(chan struct{})
 	go func() {
 		defer close(cleanupDone)
@@ -624,7 +618,7 @@ func (s *server) run(ctx context.Context) error {
 			}
 			return s.svc.aliases.Reload(ctx)
 		}
-		err := startup(sctx, s.db, s.logger, migrate, loadRules, s.tokens, s.ready)
+		err := startup(sctx, s.db, s.logger, migrate, loadRules, s.ready)
 		switch {
 		case err != nil && sctx.Err() == nil:
 			startErr = err

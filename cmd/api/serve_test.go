@@ -46,7 +46,7 @@ func TestServeConfigOff(t *testing.T) {
 		on.DebugListen != "" || on.MetricsRefresh != 30*time.Second || on.Retention != (gc.Retention{Events: gc.DefaultEventRetention, Runs: gc.DefaultRunRetention, RunsKept: gc.DefaultRunsKept}) {
 		t.Fatalf("defaults: %+v", on)
 	}
-	if newTokenCache(on.TokenCache, "", nil, discard) == nil {
+	if newTokenCache(on.TokenCache, nil, discard) == nil {
 		t.Fatal("the token cache is off by default")
 	}
 
@@ -57,7 +57,7 @@ func TestServeConfigOff(t *testing.T) {
 		if off.RateLimit != 0 || off.GC != (gcLoopConfig{}) || off.TokenCache.Size != 0 || off.DebugListen != "" || off.Retention.Events >= 0 || off.Retention.Runs >= 0 {
 			t.Errorf("%s: not off: %+v", name, off)
 		}
-		if newTokenCache(off.TokenCache, "", nil, discard) != nil {
+		if newTokenCache(off.TokenCache, nil, discard) != nil {
 			t.Errorf("%s: TOKEN_CACHE_SIZE=0 built a token cache", name)
 		}
 	}

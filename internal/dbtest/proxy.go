@@ -32,6 +32,7 @@ type Proxy struct {
 	conns   map[*proxyConn]struct{}
 	cutNext chan struct{} // armed by CutNextCommit/CutNextStatement, closed when cut
 	cutSync bool          // cut at an extended-protocol Sync, not at COMMIT
+	hold    chan struct{} // Hold: the server's bytes wait until it is closed
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -168,7 +169,29 @@ func (p *Proxy) CutNextStatement() <-chan struct{} {
 	return p.cutNext
 }
 
+// Hold stops forwarding what Postgres sends to the clients until Release:
+// a connection that died silently (requests go out, no answer comes
+// back, no error either).
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		p.hold = make(chan struct{})
+	}
+}
+
+// Release forwards again what Hold kept back.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold != nil {
+		close(p.hold)
+		p.hold = nil
+	}
+}
+
 func (p *Proxy) close() {
+	p.Release()
 	p.mu.Lock()
 	p.closed = true
 	ln := p.ln
@@ -266,6 +289,12 @@ func (p *Proxy) serverToClient(pc *proxyConn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := pc.server.Read(buf)
+		p.mu.Lock()
+		hold := p.hold
+		p.mu.Unlock()
+		if hold != nil {
+			<-hold
+		}
 		if n > 0 {
 			select {
 			case <-pc.cut:

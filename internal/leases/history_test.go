@@ -3,8 +3,6 @@ package leases_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -101,10 +99,7 @@ func historyDuration(t *testing.T) time.Duration {
 func TestLinearizableHistory(t *testing.T) {
 	t.Parallel()
 	db, url := dbtest.NewWithURL(t, dbtest.Pool(database.PoolConfig{MaxOpenConns: 8, MaxIdleConns: 8}))
-	n := leases.NewNotifier(url, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	n.Start()
-	t.Cleanup(n.Close)
-	<-n.Connected()
+	n := listeningNotifier(t, url)
 	target := inProcess{t: t, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), n),
 		store: kv.NewPostgres(db), tenant: dbtest.NewTenant(t, db, "").ID}
 	killer, err := database.Open(context.Background(), url, database.PoolConfig{MaxOpenConns: 1, MaxIdleConns: 1})

@@ -77,7 +77,8 @@ type Service struct {
 
 // New returns the service on db. db and locks (the keying of repository
 // URLs and their ownership) are required. notify is the process's
-// listener that wakes waiting acquisitions when a lease is released; nil:
+// Notifier (subscribed to its LISTEN session) that wakes waiting
+// acquisitions when a lease is released; nil:
 // a waiting acquisition wakes only when the holder's lease expires (by
 // the database's clock) or its wait ends.
 func New(db *database.DB, ls *locks.Service, notify *Notifier) *Service {

@@ -17,6 +17,7 @@ import (
 	"github.com/repolock/repolock/internal/leases"
 	"github.com/repolock/repolock/internal/locks"
 	"github.com/repolock/repolock/internal/normalize"
+	"github.com/repolock/repolock/internal/pglisten"
 )
 
 type env struct {
@@ -30,15 +31,26 @@ type env struct {
 func newEnv(t *testing.T) env {
 	t.Helper()
 	db, url := dbtest.NewWithURL(t)
-	n := leases.NewNotifier(url, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	n.Start()
-	t.Cleanup(n.Close)
-	select {
-	case <-n.Connected():
-	case <-time.After(30 * time.Second):
-		t.Fatal("notifier did not connect")
-	}
+	n := listeningNotifier(t, url)
 	return env{db: db, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), n), notify: n}
+}
+
+// listeningNotifier returns a notifier subscribed to a LISTEN session
+// on url, once the session is up.
+func listeningNotifier(t *testing.T, url string) *leases.Notifier {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n := leases.NewNotifier(logger)
+	l := pglisten.New(pglisten.Config{URL: url, Logger: logger})
+	l.Subscribe(leases.NotifyChan, pglisten.Subscriber{Notify: n.Notify, State: n.SetListening})
+	l.Start()
+	t.Cleanup(func() { l.Close(); n.Close() })
+	select {
+	case <-l.Connected():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the LISTEN session did not connect")
+	}
+	return n
 }
 
 // expire ends the key's lease now by the database's clock, as if its TTL

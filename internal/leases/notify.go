@@ -3,120 +3,68 @@ package leases
 import (
 	"log/slog"
 	"sync"
-	"time"
-
-	"github.com/lib/pq"
 )
 
-// Notifier is a process's one LISTEN connection on NotifyChan, shared by
-// every acquisition waiting for a key: Release notifies tenant/key at
-// commit, and the Notifier wakes that key's waiters in this process. After
-// a reconnection it wakes every waiter (a notification may have been
-// missed while it was down); while it is down, waiters still wake at their
-// holder's expiry.
+// Notifier wakes the acquisitions waiting for a key in this process:
+// Release notifies tenant/key on NotifyChan at commit, and the process's
+// LISTEN session (internal/pglisten, wired by cmd/api) calls Notify with
+// the payload, which wakes that key's waiters. Each SetListening(true) (the
+// session up, after a reconnection or a possible loss of notifications)
+// wakes every waiter: a notification may have been missed. While the
+// session is down, waiters still wake at their holder's expiry.
 type Notifier struct {
-	url    string
 	logger *slog.Logger
 
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
-
-	listener      *pq.Listener
-	connected     chan struct{}
-	connectedOnce sync.Once
-	done          chan struct{}
-	closeOnce     sync.Once
-	wg            sync.WaitGroup
+	mu        sync.Mutex
+	waiters   map[string]map[chan struct{}]struct{}
+	listening bool
 }
 
-// NewNotifier returns a notifier that will LISTEN on listenURL (a direct
-// session: behind a transaction-pooling PgBouncer, the direct URL). Both
-// are required. Start connects it; Close stops it.
-func NewNotifier(listenURL string, logger *slog.Logger) *Notifier {
-	if listenURL == "" || logger == nil {
-		panic("leases.NewNotifier: a URL and a logger are required")
+// NewNotifier returns a notifier with no waiter. The logger is required.
+func NewNotifier(logger *slog.Logger) *Notifier {
+	if logger == nil {
+		panic("leases.NewNotifier: a logger is required")
 	}
-	return &Notifier{url: listenURL, logger: logger, waiters: map[string]map[chan struct{}]struct{}{},
-		connected: make(chan struct{}), done: make(chan struct{})}
+	return &Notifier{logger: logger, waiters: map[string]map[chan struct{}]struct{}{}}
 }
 
-// Start connects the listener in the background; it retries with capped
-// backoff and never fails.
-func (n *Notifier) Start() {
-	n.listener = pq.NewListener(n.url, 50*time.Millisecond, 5*time.Second, n.event)
-	n.wg.Add(2)
-	go func() {
-		defer n.wg.Done()
-		if err := n.listener.Listen(NotifyChan); err != nil {
-			select {
-			case <-n.done:
-			default:
-				n.logger.Warn("leases: LISTEN failed; waiting acquisitions wake only at their holder's expiry", "error", err.Error())
-			}
-			return
-		}
+// Notify is a notification on NotifyChan (pglisten.Subscriber.Notify):
+// the key tenant/key of the payload was released.
+func (n *Notifier) Notify(payload string) { n.wake(payload) }
+
+// SetListening is the state of the LISTEN session
+// (pglisten.Subscriber.State). Up, it wakes every waiter.
+func (n *Notifier) SetListening(up bool) {
+	n.mu.Lock()
+	changed := n.listening != up
+	n.listening = up
+	n.mu.Unlock()
+	if up {
 		n.wakeAll()
-		n.connectedOnce.Do(func() { close(n.connected) })
+	}
+	if !changed {
+		return
+	}
+	if up {
 		n.logger.Info("leases: listening for releases", "channel", NotifyChan)
-	}()
-	go func() {
-		defer n.wg.Done()
-		n.run()
-	}()
-}
-
-func (n *Notifier) event(ev pq.ListenerEventType, err error) {
-	switch ev {
-	case pq.ListenerEventReconnected:
-		n.wakeAll()
-		n.logger.Info("leases: listener reconnected")
-	case pq.ListenerEventDisconnected:
-		msg := ""
-		if err != nil {
-			msg = err.Error()
-		}
-		n.logger.Warn("leases: listener disconnected; waiting acquisitions wake at their holder's expiry until it reconnects", "error", msg)
+	} else {
+		n.logger.Warn("leases: not listening; waiting acquisitions wake at their holder's expiry until the session is back")
 	}
 }
 
-func (n *Notifier) run() {
-	tick := time.NewTicker(30 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.done:
-			return
-		case m, ok := <-n.listener.Notify:
-			if !ok {
-				return
-			}
-			if m == nil {
-				n.wakeAll()
-				continue
-			}
-			n.wake(m.Extra)
-		case <-tick.C:
-			go func() { _ = n.listener.Ping() }()
-		}
-	}
+// Listening reports whether releases arrive by notification.
+func (n *Notifier) Listening() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.listening
 }
 
-// Connected is closed once LISTEN first took effect.
-func (n *Notifier) Connected() <-chan struct{} { return n.connected }
-
-// Close stops the listener and wakes every waiter.
+// Close wakes every waiter (at shutdown).
 func (n *Notifier) Close() {
 	if n == nil {
 		return
 	}
-	n.closeOnce.Do(func() {
-		close(n.done)
-		if n.listener != nil {
-			_ = n.listener.Close()
-		}
-		n.wg.Wait()
-		n.wakeAll()
-	})
+	n.wakeAll()
 }
 
 // subscribe registers a waiter for tenant's key: the channel is closed at

@@ -28,10 +28,7 @@ func BenchmarkCacheRevocation(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer other.Close()
-	c := tenants.NewCache(tenants.CacheConfig{ListenURL: url, TTL: time.Hour})
-	c.Start()
-	defer c.Close()
-	<-c.Connected()
+	c, _ := listeningCache(b, url, tenants.CacheConfig{TTL: time.Hour})
 
 	names := make([]string, revocations)
 	tokens := make([]string, revocations)

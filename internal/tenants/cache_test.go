@@ -2,6 +2,8 @@ package tenants_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/pglisten"
 	"github.com/repolock/repolock/internal/tenants"
 )
 
@@ -34,6 +37,24 @@ func awaitRefused(t *testing.T, c *tenants.Cache, db *database.DB, token string)
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// listeningCache returns a cache built from cfg, subscribed to a LISTEN
+// session on url, once the session is up, and the session.
+func listeningCache(t testing.TB, url string, cfg tenants.CacheConfig) (*tenants.Cache, *pglisten.Listener) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = logger
+	c := tenants.NewCache(cfg)
+	l := pglisten.New(pglisten.Config{URL: url, Logger: logger})
+	l.Subscribe(tenants.NotifyChannel, pglisten.Subscriber{Notify: c.Invalidate, State: c.SetListening})
+	l.Start()
+	t.Cleanup(l.Close)
+	<-l.Connected()
+	if !c.Listening() {
+		t.Fatal("the session is up and the cache does not listen")
+	}
+	return c, l
 }
 
 // TestCacheServesWithoutDatabase: a cached token authenticates while the
@@ -85,8 +106,6 @@ func TestCacheTTL(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	c := tenants.NewCache(tenants.CacheConfig{TTL: 30 * time.Second, Now: func() time.Time { return time.Unix(0, now.Load()) }})
-	c.Start() // no ListenURL: TTL only
-	defer c.Close()
 	if _, err := c.Authenticate(ctx, db, token); err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +134,7 @@ func TestCacheInvalidatedByNotifications(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	c := tenants.NewCache(tenants.CacheConfig{ListenURL: url, TTL: time.Hour})
-	c.Start()
-	defer c.Close()
-	<-c.Connected()
+	c, _ := listeningCache(t, url, tenants.CacheConfig{TTL: time.Hour})
 
 	_, revoked, err := newTenants(db).Create(ctx, "revoked", "")
 	if err != nil {
@@ -192,10 +208,7 @@ func TestCacheListenerReconnectFlushes(t *testing.T) {
 	t.Parallel()
 	db, url := dbtest.NewWithURL(t)
 	p, purl := dbtest.NewProxy(t, url)
-	c := tenants.NewCache(tenants.CacheConfig{ListenURL: purl, TTL: time.Hour})
-	c.Start()
-	defer c.Close()
-	<-c.Connected()
+	c, l := listeningCache(t, purl, tenants.CacheConfig{TTL: time.Hour})
 	ctx := context.Background()
 	_, token, err := newTenants(db).Create(ctx, "flushed", "")
 	if err != nil {
@@ -217,7 +230,134 @@ func TestCacheListenerReconnectFlushes(t *testing.T) {
 	if _, err := c.Authenticate(ctx, db, token); err != nil || c.Len() != 1 {
 		t.Fatalf("while the listener is away: %v, len %d", err, c.Len())
 	}
+	if c.Listening() || l.Up() {
+		t.Fatal("the session is refused and the cache still listens")
+	}
+	// Back: the cache listens again, flushed (notifications may have been
+	// lost meanwhile).
 	p.Restore()
+	for !c.Listening() {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the cache does not listen again after the database came back")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if n := c.Len(); n != 0 {
+		t.Fatalf("reconnected: %d cached tokens, want the cache flushed", n)
+	}
+}
+
+// silentRevoke revokes name's tokens without the trigger's notification
+// (session_replication_role = replica): a notification that was lost.
+func silentRevoke(t *testing.T, db *database.DB, name string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = now()
+		WHERE cluster_user_id = (SELECT id FROM cluster_users WHERE name = $1) AND revoked_at IS NULL`, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCacheListenTTL: while the LISTEN session is up an entry lives for
+// ListenTTL, longer than TTL (revocations arrive by notification); once
+// the session is lost, the entry is checked against the database again at
+// once (within TTL), and entries cached meanwhile live for TTL.
+func TestCacheListenTTL(t *testing.T) {
+	t.Parallel()
+	db, url := dbtest.NewWithURL(t)
+	p, purl := dbtest.NewProxy(t, url)
+	ctx := context.Background()
+	_, token, err := newTenants(db).Create(ctx, "long", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := newTenants(db).Create(ctx, "short", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c, _ := listeningCache(t, purl, tenants.CacheConfig{TTL: 30 * time.Second, ListenTTL: 10 * time.Minute,
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	if _, err := c.Authenticate(ctx, db, token); err != nil {
+		t.Fatal(err)
+	}
+	// A revocation whose notification is lost: only the TTL sees it.
+	silentRevoke(t, db, "long")
+	// (a) Listening: older than TTL, younger than ListenTTL, it is served
+	// from the cache (the database refuses it).
+	now.Add(int64(5 * time.Minute))
+	if _, err := c.Authenticate(ctx, db, token); err != nil {
+		t.Fatalf("listening, an entry of 5m (TTL 30s, ListenTTL 10m): %v, want it served from the cache", err)
+	}
+	// (b) The session is lost: the same entry is checked again at once,
+	// no later than TTL.
+	p.Refuse()
+	for c.Listening() {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the session was refused and the cache still listens")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if _, err := c.Authenticate(ctx, db, token); !repolock.IsCode(err, repolock.EUnauthenticated) {
+		t.Fatalf("not listening, the revoked entry of 5m: %v, want unauthenticated", err)
+	}
+	// Entries cached while it is down live for TTL only.
+	if _, err := c.Authenticate(ctx, db, other); err != nil {
+		t.Fatal(err)
+	}
+	silentRevoke(t, db, "short")
+	now.Add(int64(29 * time.Second))
+	if _, err := c.Authenticate(ctx, db, other); err != nil {
+		t.Fatalf("not listening, within TTL: %v, want it served from the cache", err)
+	}
+	now.Add(int64(time.Second))
+	if _, err := c.Authenticate(ctx, db, other); !repolock.IsCode(err, repolock.EUnauthenticated) {
+		t.Fatalf("not listening, after TTL: %v, want unauthenticated", err)
+	}
+}
+
+// TestCacheListenTTLState: while the cache listens, an entry lives for
+// ListenTTL and no longer (the bound on a notification lost without the
+// session noticing).
+func TestCacheListenTTLState(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, token, err := newTenants(db).Create(ctx, "state", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c := tenants.NewCache(tenants.CacheConfig{TTL: 30 * time.Second, ListenTTL: 10 * time.Minute,
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	c.SetListening(true)
+	if _, err := c.Authenticate(ctx, db, token); err != nil {
+		t.Fatal(err)
+	}
+	silentRevoke(t, db, "state")
+	now.Add(int64(9 * time.Minute))
+	if _, err := c.Authenticate(ctx, db, token); err != nil {
+		t.Fatalf("listening, within ListenTTL: %v", err)
+	}
+	now.Add(int64(time.Minute))
+	if _, err := c.Authenticate(ctx, db, token); !repolock.IsCode(err, repolock.EUnauthenticated) {
+		t.Fatalf("listening, after ListenTTL: %v, want unauthenticated", err)
+	}
 }
 
 // TestCacheConcurrent: authentications racing invalidations and a small

@@ -28,7 +28,7 @@ func TestApplicationAndCredentialEvents(t *testing.T) {
 	svc := apps.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil))
 	alice, bob := dbtest.NewTenant(t, db, "alice"), dbtest.NewTenant(t, db, "bob")
 	aliceSc, bobSc := watch.Scope{TenantID: alice.ID}, watch.Scope{TenantID: bob.ID}
-	fromDB := newService(db, "") // never started: every read is a database read
+	fromDB := newService(db) // never started: every read is a database read
 	buffered := listening(t, db, url, false, 50*time.Millisecond)
 	waitFor(t, "listener connected", buffered.Listening)
 	heads := map[*watch.Service]map[string]string{}

@@ -72,9 +72,9 @@
 //
 // # Fan-out
 //
-// A Service holds one LISTEN connection (channel repolock_events) and one
-// in-memory buffer of the
-// newest events of every tenant. A notification makes the service read the
+// A Service subscribes to the process's one LISTEN session
+// (internal/pglisten, channel repolock_events) and holds one in-memory
+// buffer of the newest events of every tenant. A notification makes the service read the
 // new events once, append them to the buffer and wake every waiting
 // watcher, which then reads from its own cursor in the buffer; a watcher
 // whose cursor is older than the buffer reads from the database. Idle
@@ -96,7 +96,7 @@
 // longer share a WAL flush (make bench-http: acquires at 0.72x). Events
 // written outside the service (plain SQL, a command such as api gc) send no
 // notification; the loop's backstop read, every PollInterval even while
-// the LISTEN connection is up, delivers them. A lost notification delays
+// the LISTEN session is up, delivers them. A lost notification delays
 // an event by at most PollInterval; it never loses one (cursors). With no
 // watcher waiting on the replica, the loop reads nothing at all and marks
 // its buffer stale (readers and Head then go to the database).
@@ -105,7 +105,6 @@ package watch
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -276,14 +275,6 @@ type Config struct {
 	// kept forever, no cursor expires. Required (0 is refused: the caller
 	// passes the GC's effective value).
 	Retention time.Duration
-	// ListenURL is the connection string of the LISTEN connection; empty:
-	// none, the service polls every PollInterval, unless SharedListener.
-	ListenURL string
-	// SharedListener: another component's LISTEN connection listens on
-	// NotifyChannel for the service and calls Notify and SetListening
-	// (tenants.CacheConfig.Also: one session for both). ListenURL must
-	// be empty.
-	SharedListener bool
 	// PollInterval is how often the service reads while it has no LISTEN
 	// connection, and its backstop read while it has one, which delivers
 	// events written outside the service (0: DefaultPollInterval).
@@ -329,8 +320,7 @@ type Service struct {
 	wake      chan struct{}
 	written   chan struct{}  // Written: a NOTIFY is due
 	wg        sync.WaitGroup // Start's goroutines; Close waits for them
-	listener  *pq.Listener
-	connected bool
+	connected bool           // SetListening
 	done      chan struct{}
 }
 
@@ -341,9 +331,6 @@ func New(db *database.DB, cfg Config) *Service {
 	}
 	if cfg.Retention == 0 {
 		panic("watch.New: Config.Retention is required (negative: kept forever)")
-	}
-	if cfg.SharedListener && cfg.ListenURL != "" {
-		panic("watch.New: a shared listener and a ListenURL of its own")
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
@@ -734,35 +721,14 @@ func (s *Service) Enter(sc Scope) (leave func(), err error) {
 	}, nil
 }
 
-// Start connects the LISTEN connection (when Config.ListenURL is set) and
-// starts the loop that reads new events, until ctx ends or Close. It never
-// fails: while the database is unreachable the loop retries.
+// Start starts the loop that reads new events, until ctx ends or Close.
+// It never fails: while the database is unreachable the loop retries. The
+// service does not listen itself: the process's LISTEN session
+// (internal/pglisten, wired by cmd/api) calls Notify and SetListening;
+// without one the service polls every PollInterval.
 func (s *Service) Start(ctx context.Context) {
-	var notify <-chan *pq.Notification
-	if s.cfg.ListenURL != "" {
-		s.listener = pq.NewListener(s.cfg.ListenURL, 50*time.Millisecond, 2*time.Second, s.event)
-		notify = s.listener.NotificationChannel()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			// Listen returns once the first connection is up and LISTEN
-			// took effect: only then does the service count on
-			// notifications (the Connected event comes before it).
-			if err := s.listener.Listen(NotifyChannel); err != nil && !errors.Is(err, pq.ErrChannelAlreadyOpen) {
-				s.cfg.Logger.Warn("watch: LISTEN failed; polling", "error", err.Error())
-				return
-			}
-			s.mu.Lock()
-			s.connected = true
-			s.mu.Unlock()
-			s.cfg.Logger.Info("watch: listening", "channel", NotifyChannel)
-			s.poke()
-		}()
-	} else if !s.cfg.SharedListener {
-		s.cfg.Logger.Info("watch: no LISTEN connection; polling", "interval", s.cfg.PollInterval.String())
-	}
 	s.wg.Add(2)
-	go func() { defer s.wg.Done(); s.loop(ctx, notify) }()
+	go func() { defer s.wg.Done(); s.loop(ctx) }()
 	go func() { defer s.wg.Done(); s.notifier(ctx) }()
 }
 
@@ -820,58 +786,37 @@ func (s *Service) pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Listening reports whether the LISTEN connection is up.
+// Listening reports whether the LISTEN session is up (SetListening).
 func (s *Service) Listening() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.connected
 }
 
-// Notify is a notification on NotifyChannel from a shared listener
-// (Config.SharedListener): new events may have been committed.
-func (s *Service) Notify() { s.poke() }
+// Notify is a notification on NotifyChannel (pglisten.Subscriber.Notify):
+// new events may have been committed.
+func (s *Service) Notify(string) { s.poke() }
 
-// SetListening is the state of a shared listener (Config.SharedListener):
-// while it is down the service polls.
+// SetListening is the state of the LISTEN session
+// (pglisten.Subscriber.State): while it is down the service polls; each
+// true (up, or up again after notifications may have been lost) wakes the
+// loop.
 func (s *Service) SetListening(up bool) {
 	s.mu.Lock()
 	changed := s.connected != up
 	s.connected = up
 	s.mu.Unlock()
+	if up {
+		s.poke()
+	}
 	if !changed {
 		return
 	}
 	if up {
-		s.cfg.Logger.Info("watch: shared listener connected")
-		s.poke()
+		s.cfg.Logger.Info("watch: listening", "channel", NotifyChannel)
 	} else {
-		s.cfg.Logger.Warn("watch: shared listener disconnected; polling until it reconnects")
+		s.cfg.Logger.Warn("watch: not listening; polling until the session is back", "interval", s.cfg.PollInterval.String())
 	}
-}
-
-func (s *Service) event(ev pq.ListenerEventType, err error) {
-	switch ev {
-	case pq.ListenerEventReconnected: // its LISTEN was re-sent before this event
-		s.mu.Lock()
-		s.connected = true
-		s.mu.Unlock()
-		s.cfg.Logger.Info("watch: listener reconnected")
-		s.poke() // notifications may have been missed while it was down
-	case pq.ListenerEventDisconnected:
-		s.mu.Lock()
-		s.connected = false
-		s.mu.Unlock()
-		s.cfg.Logger.Warn("watch: listener disconnected; polling until it reconnects", "error", errString(err))
-	case pq.ListenerEventConnectionAttemptFailed:
-		s.cfg.Logger.Debug("watch: listener cannot connect; retrying", "error", errString(err))
-	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 func (s *Service) poke() {
@@ -886,7 +831,7 @@ func (s *Service) poke() {
 // for events written outside the service), and again soon after a read that found committed events held back behind
 // a running transaction (that transaction's end sends no notification when
 // it wrote no event).
-func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
+func (s *Service) loop(ctx context.Context) {
 	retry := time.Duration(0)
 	var last time.Time
 	for {
@@ -898,17 +843,6 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 		// the next read.
 		if d := s.cfg.Coalesce - time.Since(last); d > 0 && !s.pause(ctx, d) {
 			return
-		}
-		for drained := false; !drained; {
-			select {
-			case _, ok := <-notify:
-				if !ok {
-					notify = nil
-					drained = true
-				}
-			default:
-				drained = true
-			}
 		}
 		// With nobody waiting on this replica, no read is worth its cost:
 		// not a wake-up (Written after every write), not the retry of a
@@ -926,7 +860,7 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 		s.mu.Unlock()
 		if skip {
 			retry = 0
-			if !s.sleep(ctx, s.cfg.PollInterval, &notify) {
+			if !s.sleep(ctx, s.cfg.PollInterval) {
 				return
 			}
 			continue
@@ -944,7 +878,7 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 		default:
 			retry = 0
 		}
-		if !s.sleep(ctx, wait, &notify) {
+		if !s.sleep(ctx, wait) {
 			return
 		}
 	}
@@ -952,7 +886,7 @@ func (s *Service) loop(ctx context.Context, notify <-chan *pq.Notification) {
 
 // sleep waits up to d for a notification or a wake-up; false when the
 // service stops.
-func (s *Service) sleep(ctx context.Context, d time.Duration, notify *<-chan *pq.Notification) bool {
+func (s *Service) sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -960,10 +894,6 @@ func (s *Service) sleep(ctx context.Context, d time.Duration, notify *<-chan *pq
 		return false
 	case <-s.done:
 		return false
-	case _, ok := <-*notify:
-		if !ok {
-			*notify = nil
-		}
 	case <-s.wake:
 	case <-t.C:
 	}
@@ -1023,7 +953,7 @@ func (s *Service) advance(ctx context.Context) (held bool, err error) {
 	}
 }
 
-// Close stops the loop and the LISTEN connection.
+// Close stops the loop.
 func (s *Service) Close() {
 	select {
 	case <-s.done:
@@ -1031,9 +961,6 @@ func (s *Service) Close() {
 	default:
 	}
 	close(s.done)
-	if s.listener != nil {
-		_ = s.listener.Close()
-	}
 	// Nothing of the service runs (or logs) after Close returns.
 	s.wg.Wait()
 }

@@ -15,14 +15,16 @@ import (
 
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
+	"github.com/repolock/repolock/internal/leases"
+	"github.com/repolock/repolock/internal/pglisten"
 	"github.com/repolock/repolock/internal/tenants"
 	"github.com/repolock/repolock/internal/watch"
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newService(db *database.DB, listenURL string) *watch.Service {
-	return watch.New(db, watch.Config{Retention: 90 * 24 * time.Hour, ListenURL: listenURL, PollInterval: 50 * time.Millisecond, Logger: discard()})
+func newService(db *database.DB) *watch.Service {
+	return watch.New(db, watch.Config{Retention: 90 * 24 * time.Hour, PollInterval: 50 * time.Millisecond, Logger: discard()})
 }
 
 // insertEvent writes an "acquired" event of tenant on url through q, as
@@ -102,7 +104,7 @@ func drain(t testing.TB, s *watch.Service, sc watch.Scope, cursor string, pageSi
 func TestOutOfOrderCommit(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	s := newService(db, "")
+	s := newService(db)
 	ctx := context.Background()
 	u := dbtest.NewTenant(t, db, "")
 	start, err := s.Head(ctx, watch.Admin)
@@ -153,7 +155,7 @@ func TestOutOfOrderCommit(t *testing.T) {
 func TestRandomInterleavings(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	s := newService(db, "")
+	s := newService(db)
 	ctx := context.Background()
 	u := dbtest.NewTenant(t, db, "")
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -216,7 +218,7 @@ func TestRandomInterleavings(t *testing.T) {
 func TestScope(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	s := newService(db, "")
+	s := newService(db)
 	ctx := context.Background()
 	a, b, c := dbtest.NewTenant(t, db, ""), dbtest.NewTenant(t, db, ""), dbtest.NewTenant(t, db, "")
 	heads := map[string]string{}
@@ -363,30 +365,32 @@ func awaitEvents(t testing.TB, s *watch.Service, sc watch.Scope, cursor string, 
 	}
 }
 
-// listening starts s's notifications over url: its own LISTEN
-// connection, or (shared) the token cache's, which serves both.
+// listening starts a service whose notifications come from a LISTEN
+// session on url (internal/pglisten), as cmd/api wires it: the watch its
+// only subscriber, or (shared) with the token cache's and the leases'
+// channels on the same session.
 func listening(t *testing.T, db *database.DB, url string, shared bool, poll time.Duration) *watch.Service {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg := watch.Config{Retention: -1, PollInterval: poll, Logger: discard(), SharedListener: shared}
-	if !shared {
-		cfg.ListenURL = url
+	s := watch.New(db, watch.Config{Retention: -1, PollInterval: poll, Logger: discard()})
+	l := pglisten.New(pglisten.Config{URL: url, Logger: discard()})
+	l.Subscribe(watch.NotifyChannel, pglisten.Subscriber{Notify: s.Notify, State: s.SetListening})
+	if shared {
+		c := tenants.NewCache(tenants.CacheConfig{Logger: discard()})
+		l.Subscribe(tenants.NotifyChannel, pglisten.Subscriber{Notify: c.Invalidate, State: c.SetListening})
+		n := leases.NewNotifier(discard())
+		l.Subscribe(leases.NotifyChan, pglisten.Subscriber{Notify: n.Notify, State: n.SetListening})
 	}
-	s := watch.New(db, cfg)
 	s.Start(ctx)
 	t.Cleanup(s.Close)
-	if shared {
-		c := tenants.NewCache(tenants.CacheConfig{ListenURL: url, Logger: discard(),
-			Also: &tenants.Subscriber{Channel: watch.NotifyChannel, Notify: s.Notify, State: s.SetListening}})
-		c.Start()
-		t.Cleanup(c.Close)
-	}
+	l.Start()
+	t.Cleanup(l.Close)
 	return s
 }
 
-// TestNotifyWakes: with the LISTEN connection up (its own, or the token
-// cache's shared with it), an event written by another replica wakes the
+// TestNotifyWakes: with the LISTEN session up (the watch's channel alone,
+// or shared with the token cache's and the leases'), an event written by another replica wakes the
 // watchers waiting on Changed once that replica calls Written (its NOTIFY,
 // sent after the write committed), and they read it from the buffer.
 func TestNotifyWakes(t *testing.T) {
@@ -530,8 +534,8 @@ func TestBackstopReadsEventsWrittenOutside(t *testing.T) {
 	}
 }
 
-// TestListenerLostFallsBackToPolling: the LISTEN connection (its own, or
-// the shared one) goes through the TCP proxy; the proxy resets it and
+// TestListenerLostFallsBackToPolling: the LISTEN session (the watch's
+// channel alone, or shared with others) goes through the TCP proxy; the proxy resets it and
 // refuses new connections. Events committed while it is down still reach
 // the watchers (by polling), and after the proxy is restored the listener
 // reconnects.
@@ -594,7 +598,7 @@ func TestOtherDatabaseDoesNotHoldBack(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	other := dbtest.New(t)
-	s := newService(db, "")
+	s := newService(db)
 	ctx := context.Background()
 	u := dbtest.NewTenant(t, db, "")
 	start, err := s.Head(ctx, watch.Admin)
