@@ -285,7 +285,8 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		elapsed := time.Since(start)
+		end := time.Now()
+		elapsed := end.Sub(start)
 		status := c.Response().Status
 		route := c.Path()
 		if route == "" {
@@ -298,13 +299,17 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			level = slog.LevelDebug
 		}
 		ctx := c.Request().Context()
-		if !s.Logger.Enabled(ctx, level) {
+		h := s.Logger.Handler()
+		if !h.Enabled(ctx, level) {
 			return nil
 		}
-		// LogAttrs with typed attributes: the same line as Info("request",
-		// "method", label, ...) without boxing each value into an any.
-		attrs := make([]slog.Attr, 0, 8)
-		attrs = append(attrs,
+		// The record is handed to the handler directly: the same line as
+		// Logger.Info("request", "method", label, ...), without boxing
+		// each value into an any, and without the caller's program
+		// counter Logger.Info takes with runtime.Callers for every line
+		// (a handler uses it only with AddSource, which serve never sets).
+		r := slog.NewRecord(end, level, "request", 0)
+		r.AddAttrs(
 			slog.String("method", label),
 			slog.String("route", route),
 			slog.String("path", c.Request().URL.Path),
@@ -314,9 +319,9 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.String("request_id", requestID(c)),
 		)
 		if u, ok := c.Get(ctxKeyTenant).(tenantValue); ok {
-			attrs = append(attrs, slog.String("tenant", u.Name))
+			r.AddAttrs(slog.String("tenant", u.Name))
 		}
-		s.Logger.LogAttrs(ctx, level, "request", attrs...)
+		_ = h.Handle(ctx, r)
 		return nil
 	}
 }
