@@ -572,7 +572,7 @@ sep="| --- |"
 for side in "${sides[@]}"; do header+=" $side |"; sep+=" --- |"; done
 echo "$header"
 echo "$sep"
-for spec in "h s >= 0.8" "h f >= 0.4" "a f >= 0.3" "m z >= 0.5" "l f >= 0.3" "k f >= 0.5" "r h >= 0.9"; do
+for spec in "h s >= 0.8" "h f >= 0.6" "a f >= 0.4" "m z >= 0.5" "l f >= 0.3" "k f >= 0.5" "r h >= 0.9"; do
 	read -r n d op t <<<"$spec"
 	line="| $n/$d $op $t |"
 	for side in "${sides[@]}"; do

@@ -48,7 +48,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(e.stderr, cfg.Log)
+	logger, flushLog := newBufferedLogger(e.stderr, cfg.Log, cfg.LogBuffer)
+	defer flushLog() // last: after srv.close's and run's final lines
 	followLimit := setServeGCPace(e.getenv, logger)
 	srv, err := buildServer(cfg, logger)
 	if err != nil {
@@ -71,6 +72,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 // (docs/operations.md, "Turning settings off").
 type serveConfig struct {
 	Log logConfig
+	// LogBuffer is how long log lines below WARN wait in memory before
+	// they are written (logbuf.go); 0 is off: every line written at once.
+	LogBuffer time.Duration
 
 	// DatabaseURL is the pool's database. MigrateURL, when set, is a
 	// direct (not pooled) connection for the migrations and the token
@@ -191,6 +195,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 		eventsHeartbeat = fs.Duration("events-heartbeat", fs.envDuration("EVENTS_HEARTBEAT", httpapi.DefaultEventsHeartbeat), "how often an idle event stream (GET /v1/events) gets a heartbeat; must be positive [EVENTS_HEARTBEAT]")
 		eventsWrite     = fs.Duration("events-write-timeout", fs.envDuration("EVENTS_WRITE_TIMEOUT", httpapi.DefaultEventsWriteTimeout), "how long a write to an event stream may block before the slow client is disconnected; must be positive [EVENTS_WRITE_TIMEOUT]")
 		eventsPoll      = fs.Duration("events-poll-interval", fs.envDuration("EVENTS_POLL_INTERVAL", watch.DefaultPollInterval), "how often the watch reads new events while its LISTEN connection is down; must be positive [EVENTS_POLL_INTERVAL]")
+		logBuffer       = fs.Duration("log-buffer", fs.envDuration("LOG_BUFFER", DefaultLogBuffer), "how long log lines below WARN are kept in memory before they are written, in one write for all (a crash loses at most this interval's lines; WARN and above are written at once, with the lines before them); 0 is off: every line written at once [LOG_BUFFER]")
 		watchers        = fs.Int("watchers-per-tenant", fs.envInt("WATCHERS_PER_TENANT", watch.DefaultMaxWatchersPerTenant), "concurrent watchers (GET /v1/events) a tenant may hold on this replica; must be positive [WATCHERS_PER_TENANT]")
 		gcLoop          gcLoopFlags
 		pool            poolFlags
@@ -207,6 +212,7 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	}
 	cfg := serveConfig{
 		Listen:              *listen,
+		LogBuffer:           *logBuffer,
 		DebugListen:         *debugListen,
 		AdminToken:          *adminToken,
 		AdminTokenFile:      *adminTokenFile,
@@ -271,6 +277,9 @@ func readServeConfig(e *env, args []string) (serveConfig, error) {
 	}
 	if cfg.GC, err = gcLoop.config(); err != nil {
 		return serveConfig{}, err
+	}
+	if cfg.LogBuffer < 0 {
+		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--log-buffer must not be negative (0 is off)")}
 	}
 	if cfg.ReportsFold < 0 {
 		return serveConfig{}, &exitError{code: 2, err: fmt.Errorf("--reports-fold-interval must not be negative")}

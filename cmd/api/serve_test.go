@@ -61,6 +61,22 @@ func TestServeConfigOff(t *testing.T) {
 			t.Errorf("%s: TOKEN_CACHE_SIZE=0 built a token cache", name)
 		}
 	}
+	// The log buffer: 100ms by default, off at 0, never negative.
+	if on.LogBuffer != DefaultLogBuffer {
+		t.Errorf("log buffer default: %v", on.LogBuffer)
+	}
+	if off := read(t, map[string]string{"LOG_BUFFER": "0"}); off.LogBuffer != 0 {
+		t.Errorf("LOG_BUFFER=0: %v", off.LogBuffer)
+	}
+	if off := read(t, nil, "--log-buffer", "0"); off.LogBuffer != 0 {
+		t.Errorf("--log-buffer 0: %v", off.LogBuffer)
+	}
+	var out, errb strings.Builder
+	if _, err := readServeConfig(&env{stdout: &out, stderr: &errb, getenv: func(k string) string {
+		return map[string]string{"DATABASE_URL": "postgres://nowhere.invalid/db", "LOG_BUFFER": "-1s"}[k]
+	}}, nil); err == nil {
+		t.Error("LOG_BUFFER=-1s accepted")
+	}
 	// The share of the pool and the charging of batches: on by default,
 	// off at 0.
 	if on.PoolShare != 0.5 || on.PoolShareWait != time.Second || on.RateRowsPerRequest != httpapi.DefaultRateRowsPerRequest {

@@ -96,7 +96,10 @@ func newAPIEnv(t testing.TB, opts ...envOption) *apiEnv {
 	if cfg.AuthGuard == nil {
 		cfg.AuthGuard = svc.AuthGuard
 	}
-	cfg.Tenants, cfg.Locks, cfg.Apps, cfg.Rekey, cfg.Aliases, cfg.Reports = svc.Tenants, svc.Locks, svc.Apps, svc.Rekey, svc.Aliases, svc.Reports
+	if cfg.Tenants == nil {
+		cfg.Tenants = svc.Tenants
+	}
+	cfg.Locks, cfg.Apps, cfg.Rekey, cfg.Aliases, cfg.Reports = svc.Locks, svc.Apps, svc.Rekey, svc.Aliases, svc.Reports
 	cfg.Watch = svc.Watch
 	e.registry = cfg.Registry
 	srv, err := httpapi.New(cfg)

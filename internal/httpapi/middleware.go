@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -29,6 +30,45 @@ type httpMetrics struct {
 	// rateLimited counts every refusal of the rate limit, whatever the
 	// tenant: present at 0 from start-up, one atomic add per refusal.
 	rateLimited prometheus.Counter
+	// series holds the requests counter and the duration histogram of
+	// each (method, route, status) seen, resolved once: WithLabelValues
+	// hashes the labels and looks the series up on every call. Bounded as
+	// the series are (method labels, route templates, statuses).
+	seriesMu sync.RWMutex
+	series   map[requestSeries]requestObservers
+}
+
+type requestSeries struct {
+	method, route string
+	status        int
+}
+
+type requestObservers struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// observeRequest counts one request and its duration.
+func (m *httpMetrics) observeRequest(method, route string, status int, elapsed time.Duration) {
+	k := requestSeries{method, route, status}
+	m.seriesMu.RLock()
+	ro, ok := m.series[k]
+	m.seriesMu.RUnlock()
+	if !ok {
+		code := strconv.Itoa(status)
+		ro = requestObservers{
+			count:    m.requests.WithLabelValues(method, route, code),
+			duration: m.duration.WithLabelValues(method, route, code),
+		}
+		m.seriesMu.Lock()
+		if m.series == nil {
+			m.series = make(map[requestSeries]requestObservers)
+		}
+		m.series[k] = ro
+		m.seriesMu.Unlock()
+	}
+	ro.count.Inc()
+	ro.duration.Observe(elapsed.Seconds())
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -245,33 +285,43 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		elapsed := time.Since(start)
+		end := time.Now()
+		elapsed := end.Sub(start)
 		status := c.Response().Status
 		route := c.Path()
 		if route == "" {
 			route = "unmatched"
 		}
-		method := c.Request().Method
-		label := methodLabel(method)
-		s.metrics.requests.WithLabelValues(label, route, strconv.Itoa(status)).Inc()
-		s.metrics.duration.WithLabelValues(label, route, strconv.Itoa(status)).Observe(elapsed.Seconds())
-		attrs := []any{
-			"method", label,
-			"route", route,
-			"path", c.Request().URL.Path,
-			"status", status,
-			"duration_ms", float64(elapsed.Microseconds()) / 1000,
-			"bytes_out", c.Response().Size,
-			"request_id", requestID(c),
-		}
-		if u, ok := c.Get(ctxKeyTenant).(tenantValue); ok {
-			attrs = append(attrs, "tenant", u.Name)
-		}
+		label := methodLabel(c.Request().Method)
+		s.metrics.observeRequest(label, route, status, elapsed)
+		level := slog.LevelInfo
 		if route == "/healthz" || route == "/readyz" || route == "/metrics" {
-			s.Logger.Debug("request", attrs...)
-		} else {
-			s.Logger.Info("request", attrs...)
+			level = slog.LevelDebug
 		}
+		ctx := c.Request().Context()
+		h := s.Logger.Handler()
+		if !h.Enabled(ctx, level) {
+			return nil
+		}
+		// The record is handed to the handler directly: the same line as
+		// Logger.Info("request", "method", label, ...), without boxing
+		// each value into an any, and without the caller's program
+		// counter Logger.Info takes with runtime.Callers for every line
+		// (a handler uses it only with AddSource, which serve never sets).
+		r := slog.NewRecord(end, level, "request", 0)
+		r.AddAttrs(
+			slog.String("method", label),
+			slog.String("route", route),
+			slog.String("path", c.Request().URL.Path),
+			slog.Int("status", status),
+			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+			slog.Int64("bytes_out", c.Response().Size),
+			slog.String("request_id", requestID(c)),
+		)
+		if u, ok := c.Get(ctxKeyTenant).(tenantValue); ok {
+			r.AddAttrs(slog.String("tenant", u.Name))
+		}
+		_ = h.Handle(ctx, r)
 		return nil
 	}
 }

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -77,8 +78,13 @@ func TestRequestIDs(t *testing.T) {
 		t.Fatalf("caller's request id not kept: %q", got)
 	}
 	_, hdr, _ = e.send(http.MethodGet, "/healthz", adminToken, http.Header{"X-Request-Id": {strings.Repeat("x", 500)}}, nil)
-	if got := hdr.Get("X-Request-ID"); len(got) != 32 {
-		t.Fatalf("overlong request id not replaced: %q", got)
+	first := hdr.Get("X-Request-ID")
+	if len(first) != 32 || strings.Trim(first, "0123456789abcdef") != "" {
+		t.Fatalf("overlong request id not replaced by 32 hex digits: %q", first)
+	}
+	_, hdr, _ = e.send(http.MethodGet, "/healthz", adminToken, nil, nil)
+	if got := hdr.Get("X-Request-ID"); len(got) != 32 || got == first {
+		t.Fatalf("generated request ids %q then %q", first, got)
 	}
 	if !strings.Contains(e.logs.String(), `"request_id":"caller-chosen-id"`) {
 		t.Fatalf("access log lacks the request id:\n%s", e.logs.String())
@@ -129,5 +135,74 @@ func TestParsePage(t *testing.T) {
 				t.Fatalf("size %d, want %d", p.Size, tc.wantSize)
 			}
 		})
+	}
+}
+
+// TestAccessLogLine: one line per request with its fields and their JSON
+// types (the access log is written with typed attributes straight to the
+// handler): INFO for API routes, with the tenant of an authenticated
+// request; DEBUG for /healthz; and the request metrics counted per
+// (method, route, status), a second status of one route its own series.
+func TestAccessLogLine(t *testing.T) {
+	t.Parallel()
+	e := newAPIEnv(t, withRequestTimeout(time.Second), withLogs())
+	token := e.tenant("alice")
+	_, hdr, _ := e.send(http.MethodGet, "/v1/me", token, http.Header{"X-Request-Id": {"line-1"}}, nil)
+	if hdr.Get("X-Request-ID") != "line-1" {
+		t.Fatal("request id not echoed")
+	}
+	e.send(http.MethodGet, "/v1/me", "rla_not_a_token", http.Header{"X-Request-Id": {"line-2"}}, nil)
+	e.send(http.MethodGet, "/healthz", "", http.Header{"X-Request-Id": {"line-3"}}, nil)
+	lines := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(e.logs.String()), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) != nil || rec["msg"] != "request" {
+			continue
+		}
+		if id, _ := rec["request_id"].(string); strings.HasPrefix(id, "line-") {
+			lines[id] = rec
+		}
+	}
+	want := map[string]map[string]any{
+		"line-1": {"level": "INFO", "method": "GET", "route": "/v1/me", "path": "/v1/me", "status": 200.0, "tenant": "alice"},
+		"line-2": {"level": "INFO", "method": "GET", "route": "/v1/me", "path": "/v1/me", "status": 401.0},
+		"line-3": {"level": "DEBUG", "method": "GET", "route": "/healthz", "path": "/healthz", "status": 200.0},
+	}
+	for id, fields := range want {
+		rec, ok := lines[id]
+		if !ok {
+			t.Fatalf("no access line for %s:\n%s", id, e.logs.String())
+		}
+		for k, v := range fields {
+			if rec[k] != v {
+				t.Errorf("%s: %s = %#v, want %#v", id, k, rec[k], v)
+			}
+		}
+		if _, ok := rec["tenant"]; ok && fields["tenant"] == nil {
+			t.Errorf("%s: a tenant on an unauthenticated request: %v", id, rec)
+		}
+		if d, ok := rec["duration_ms"].(float64); !ok || d < 0 {
+			t.Errorf("%s: duration_ms %#v", id, rec["duration_ms"])
+		}
+		if n, ok := rec["bytes_out"].(float64); !ok || n <= 0 {
+			t.Errorf("%s: bytes_out %#v", id, rec["bytes_out"])
+		}
+		if _, err := time.Parse(time.RFC3339Nano, rec["time"].(string)); err != nil {
+			t.Errorf("%s: time %v: %v", id, rec["time"], err)
+		}
+		if len(rec) != len(fields)+5 { // and time, msg, duration_ms, bytes_out, request_id
+			t.Errorf("%s: fields %v", id, rec)
+		}
+	}
+	_, _, raw := e.raw(http.MethodGet, "/metrics", "", "", nil)
+	metrics := string(raw)
+	for _, series := range []string{
+		`repolock_http_requests_total{method="GET",route="/v1/me",status="200"} 1`,
+		`repolock_http_requests_total{method="GET",route="/v1/me",status="401"} 1`,
+		`repolock_http_request_duration_seconds_count{method="GET",route="/v1/me",status="401"} 1`,
+	} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("metrics lack %s:\n%s", series, grepLines(metrics, "repolock_http_request"))
+		}
 	}
 }

@@ -18,6 +18,12 @@
 //	    the script's caller (see scripts/bench-http/key.sql); every other
 //	    parameter keeps the value the binary sent (the tenant's token hash,
 //	    the normalizer version, the tenant id).
+//	benchsql cpusplit [-us N] BINARY PROFILE
+//	    prints the samples of a CPU profile of the binary (BENCH_PROFILE)
+//	    by category: routing and middleware, auth, JSON, logging, metrics,
+//	    rate limit, database driver, handler, background loops, net/http,
+//	    the Go runtime (cpusplit.go says how a sample is attributed); with
+//	    -us, the binary's CPU per operation, also in µs per operation.
 //
 // Because the pgbench script is generated from what the binary sends on
 // every run, it cannot drift from the code.
@@ -49,7 +55,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchsql freeport | capture [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchsql freeport | capture [flags] | cpusplit [-us N] BINARY PROFILE")
 		os.Exit(2)
 	}
 	var err error
@@ -62,6 +68,8 @@ func main() {
 		}
 	case "capture":
 		err = runCapture(os.Args[2:])
+	case "cpusplit":
+		err = runCPUSplit(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
