@@ -36,7 +36,6 @@ func BenchmarkServeHTTP(b *testing.B) {
 		cfg.RateLimit = 0
 	}, func(e *apiEnv, cfg *httpapi.Config) {
 		cache := tenants.NewCache(tenants.CacheConfig{Logger: cfg.Logger})
-		b.Cleanup(func() { cache.Close() })
 		cfg.Tenants = tenants.New(e.db, cache)
 	})
 	token := e.tenant("bench")
