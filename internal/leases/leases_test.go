@@ -445,9 +445,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestConcurrentBatches: acquisitions and releases of many keys by two
-// tenants running at once each get their own answer: per key, one holder
-// at a time and tokens 1, 2, 3... in holding order; a release answers for
+// TestConcurrentBatches: acquisitions, keepalives and releases of many
+// keys by two tenants running at once (through the group commit's
+// Batchers) each get their own answer: per key, one holder at a time and
+// tokens 1, 2, 3... in holding order; a keepalive or release answers for
 // its own lease only.
 func TestConcurrentBatches(t *testing.T) {
 	t.Parallel()
@@ -480,6 +481,9 @@ func TestConcurrentBatches(t *testing.T) {
 				holding[id] = true
 				tokens[id] = append(tokens[id], l.FencingToken)
 				mu.Unlock()
+				if k, err := e.svc.Keepalive(ctx, tenant, l.ID); err != nil || k.ID != l.ID || k.FencingToken != l.FencingToken {
+					t.Errorf("keepalive of %s: %+v, %v", id, k, err)
+				}
 				// Someone else's release of this lease is not found.
 				other := []string{alice.ID, bob.ID}[(w+1)%2]
 				if err := e.svc.Release(ctx, other, l.ID); !repolock.IsCode(err, repolock.ENotFound) {
@@ -510,6 +514,13 @@ func TestConcurrentBatches(t *testing.T) {
 	}
 	if total != workers*rounds {
 		t.Fatalf("%d acquisitions, want %d", total, workers*rounds)
+	}
+	st := e.db.BatchStats()
+	t.Logf("batches: %+v", st)
+	for _, name := range []string{leases.BatchAcquire, leases.BatchKeepalive, leases.BatchRelease} {
+		if st[name].Calls == 0 {
+			t.Errorf("%s: no call went through the Batcher: %+v", name, st[name])
+		}
 	}
 }
 
