@@ -352,6 +352,10 @@ run_wrk() {
 	local wph=$ph wrun=$side
 	# Phase r is phase h on a database with reservations, on other URLs.
 	[ "$ph" = r ] && wph=h wrun=$side-r
+	# Phase L runs after l on the same database: keys of its own, or the
+	# leases l left held when its wrk stopped between an acquire and its
+	# release (ttl 1m) answer lease_held.
+	[ "$ph" = L ] && wrun=$side-L
 	BENCH_PHASE=$wph BENCH_TOKENS=${tokens[$side]} BENCH_RUN=$wrun BENCH_LEASES=${kleases[$side]:-} \
 		measured "$side" "$ph" "$tmp/out-$side-$ph" \
 		wrk -t "$threads" -c "$conns" -d "${duration}s" --timeout 30s -s scripts/bench-http/wrk.lua "${base_url[$side]}" || {

@@ -106,16 +106,27 @@ func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
 // a batch starts beside the held one after database.DefaultBatchStallAfter.
 func QueueBehindHeldBatch(t testing.TB, db *database.DB, batcher, tenant, key string, held func(), queue func() int) {
 	t.Helper()
+	QueueBehindBlockedBatch(t, db, batcher, func(blocker database.Tx) {
+		if _, err := blocker.ExecContext(context.Background(), `
+			INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,
+			key, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}, held, queue)
+}
+
+// QueueBehindBlockedBatch is QueueBehindHeldBatch with the blocking write
+// of the caller's choice: block runs it in the transaction left
+// uncommitted (a row the held call's statement must wait for), which is
+// rolled back once the queue waits.
+func QueueBehindBlockedBatch(t testing.TB, db *database.DB, batcher string, block func(database.Tx), held func(), queue func() int) {
+	t.Helper()
 	if d := db.Config().BatchStallAfter; d < time.Minute {
 		t.Fatalf("dbtest: QueueBehindHeldBatch: the pool's BatchStallAfter is %v: build it with "+
 			"dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour}), or a batch starts beside the held one", d)
 	}
 	blocker, pid := BeginWithPID(t, db)
-	if _, err := blocker.ExecContext(context.Background(), `
-		INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,
-		key, tenant); err != nil {
-		t.Fatal(err)
-	}
+	block(blocker)
 	held()
 	WaitUntilBlockedAny(t, db, pid)
 	n := queue()
@@ -131,13 +142,27 @@ func QueueBehindHeldBatch(t testing.TB, db *database.DB, batcher, tenant, key st
 // each label's result, held's as "held".
 func InOneBatch[R any](t testing.TB, db *database.DB, batcher, tenant, key string, held func() R, calls map[string]func() R) map[string]R {
 	t.Helper()
+	return InOneBlockedBatch(t, db, batcher, func(blocker database.Tx) {
+		if _, err := blocker.ExecContext(context.Background(), `
+			INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,
+			key, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}, held, calls)
+}
+
+// InOneBlockedBatch is InOneBatch with the blocking write of the caller's
+// choice (QueueBehindBlockedBatch): held's statement must wait for the
+// row block writes.
+func InOneBlockedBatch[R any](t testing.TB, db *database.DB, batcher string, block func(database.Tx), held func() R, calls map[string]func() R) map[string]R {
+	t.Helper()
 	type labeled struct {
 		label string
 		r     R
 	}
 	results := make(chan labeled, len(calls)+1)
 	start := func(label string, f func() R) { go func() { results <- labeled{label, f()} }() }
-	QueueBehindHeldBatch(t, db, batcher, tenant, key,
+	QueueBehindBlockedBatch(t, db, batcher, block,
 		func() { start("held", held) },
 		func() int {
 			for label, f := range calls {

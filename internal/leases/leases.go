@@ -17,11 +17,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
@@ -73,6 +76,12 @@ type Service struct {
 	db     *database.DB
 	locks  *locks.Service
 	notify *Notifier
+	// Group commit (database.Batcher): concurrent acquisition attempts,
+	// releases and keepalives each share one statement and one commit
+	// per batch.
+	acquires   *database.Batcher[acquireCall, attempt]
+	releases   *database.Batcher[leaseCall, bool]
+	keepalives *database.Batcher[leaseCall, keptAlive]
 }
 
 // New returns the service on db. db and locks (the keying of repository
@@ -85,8 +94,29 @@ func New(db *database.DB, ls *locks.Service, notify *Notifier) *Service {
 	if db == nil || ls == nil {
 		panic("leases.New: a pool and the locks service are required")
 	}
-	return &Service{db: db, locks: ls, notify: notify}
+	s := &Service{db: db, locks: ls, notify: notify}
+	// Keys: two calls on one key (one lease id) never share a batch, so
+	// a batch never waits for itself and each call's answer is its own;
+	// the second goes in a later batch.
+	s.acquires = database.NewBatcher(db, BatchAcquire, database.BatchConfig[acquireCall]{
+		Keys: func(c acquireCall) []string { return []string{c.tenantID + "/" + c.key} },
+	}, s.acquireBatch)
+	s.releases = database.NewBatcher(db, BatchRelease, database.BatchConfig[leaseCall]{
+		Keys: func(c leaseCall) []string { return []string{c.id} },
+	}, s.releaseBatch)
+	s.keepalives = database.NewBatcher(db, BatchKeepalive, database.BatchConfig[leaseCall]{
+		Keys: func(c leaseCall) []string { return []string{c.id} },
+	}, s.keepaliveBatch)
+	return s
 }
+
+// The names of the service's Batchers (database.DB.BatchStats, the
+// repolock_db_batches_total{statement} label).
+const (
+	BatchAcquire   = "leases.acquire"
+	BatchRelease   = "leases.release"
+	BatchKeepalive = "leases.keepalive"
+)
 
 // heldError is the acquisition's answer for a key whose lease is valid:
 // remaining is the holder's time left, by the database's clock.
@@ -175,15 +205,41 @@ func validateRequest(r AcquireRequest) error {
 const (
 	leaseColumns = `id, key, token, holder, ttl_ms, acquired_at, expires_at`
 
-	// acquireSQL is one acquisition attempt (repolock_lease_acquire,
-	// migrations 000016, 000020): the lease, or, for a held key, r_id NULL and the
-	// time the holder's lease has left by the database's clock.
-	acquireSQL = `SELECT r_id, r_key, r_token, r_holder, r_ttl_ms, r_acquired_at, r_expires_at, r_remaining
-		FROM repolock_lease_acquire($1, $2, $3, $4, $5)`
+	// acquireSQL is a batch of acquisition attempts: one call of
+	// repolock_lease_acquire (migrations 000016, 000022) per row, in one
+	// statement and one transaction, in the arrays' order. For each: the
+	// lease, or, for a held key, r_id NULL and the time the holder's
+	// lease has left by the database's clock. The function is VOLATILE,
+	// so each of its statements takes a new snapshot, as when it runs
+	// alone: a row sees every acquisition committed before it locked its
+	// key's lease_tokens row.
+	acquireSQL = `SELECT r.ord, a.r_id, a.r_key, a.r_token, a.r_holder, a.r_ttl_ms, a.r_acquired_at, a.r_expires_at, a.r_remaining
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::boolean[]) WITH ORDINALITY AS r(tenant, key, holder, ttl_ms, wait, ord)
+		CROSS JOIN LATERAL repolock_lease_acquire(r.tenant, r.key, r.holder, r.ttl_ms, r.wait) a`
+
+	// releaseSQL is a batch of releases in one statement: the ordinals
+	// of the leases it deleted. Only a lease a waiter marked (wanted)
+	// notifies: NOTIFY serializes the commits of the transactions that
+	// use it.
+	releaseSQL = `WITH d AS (
+			DELETE FROM leases l USING unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY AS r(id, tenant, ord)
+			WHERE l.id = r.id AND l.cluster_user_id = r.tenant
+			RETURNING r.ord, l.cluster_user_id, l.key, l.wanted)
+		SELECT d.ord FROM d
+		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`
+
+	// keepaliveSQL is a batch of keepalives in one statement: each valid
+	// lease (by the database's clock, re-checked after a wait for its
+	// row) renewed for its TTL from now, with its ordinal.
+	keepaliveSQL = `UPDATE leases l SET expires_at = clock_timestamp() + l.ttl_ms * interval '1 millisecond'
+		FROM unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY AS r(id, tenant, ord)
+		WHERE l.id = r.id AND l.cluster_user_id = r.tenant AND l.expires_at > clock_timestamp()
+		RETURNING r.ord, l.id, l.key, l.token, l.holder, l.ttl_ms, l.acquired_at, l.expires_at`
 )
 
 // attempt is acquireSQL's row.
 type attempt struct {
+	Ord        int64           `db:"ord"`
 	ID         sql.NullString  `db:"r_id"`
 	Key        string          `db:"r_key"`
 	Token      sql.NullInt64   `db:"r_token"`
@@ -192,6 +248,106 @@ type attempt struct {
 	AcquiredAt sql.NullTime    `db:"r_acquired_at"`
 	ExpiresAt  sql.NullTime    `db:"r_expires_at"`
 	Remaining  sql.NullFloat64 `db:"r_remaining"`
+}
+
+// acquireCall is one acquisition attempt of a batch.
+type acquireCall struct {
+	tenantID, key, holder string
+	ttlMillis             int64
+	wait                  bool
+}
+
+// sortedOrder returns the indexes of n calls ordered by less: the order
+// in which a batch's statement touches their rows. Every batch of a kind
+// locks rows in one order, so two batches of that kind cannot deadlock.
+func sortedOrder(n int, less func(i, j int) bool) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return less(order[a], order[b]) })
+	return order
+}
+
+// acquireBatch runs a batch of attempts (distinct keys: the Batcher's
+// Keys) in the order of their (tenant, key), so that two batches lock
+// their keys' lease_tokens rows in one order.
+func (s *Service) acquireBatch(ctx context.Context, in []acquireCall) ([]attempt, error) {
+	order := sortedOrder(len(in), func(i, j int) bool {
+		if in[i].tenantID != in[j].tenantID {
+			return in[i].tenantID < in[j].tenantID
+		}
+		return in[i].key < in[j].key
+	})
+	tenants, keys, holders := make(pq.StringArray, len(in)), make(pq.StringArray, len(in)), make(pq.StringArray, len(in))
+	ttls, waits := make(pq.Int64Array, len(in)), make(pq.BoolArray, len(in))
+	for j, i := range order {
+		c := in[i]
+		tenants[j], keys[j], holders[j], ttls[j], waits[j] = c.tenantID, c.key, c.holder, c.ttlMillis, c.wait
+	}
+	var rows []attempt
+	if err := s.db.SelectPrepared(ctx, &rows, acquireSQL, tenants, keys, holders, ttls, waits); err != nil {
+		return nil, err
+	}
+	if len(rows) != len(in) {
+		return nil, fmt.Errorf("leases: a batch of %d acquisitions answered %d rows", len(in), len(rows))
+	}
+	out := make([]attempt, len(in))
+	for _, r := range rows {
+		out[order[r.Ord-1]] = r
+	}
+	return out, nil
+}
+
+// leaseCall is one release or keepalive of a batch: a lease id and its
+// tenant.
+type leaseCall struct{ id, tenantID string }
+
+// leaseArrays returns the batch's ids and tenants ordered by id, and the
+// order.
+func leaseArrays(in []leaseCall) (ids, tenants pq.StringArray, order []int) {
+	order = sortedOrder(len(in), func(i, j int) bool { return in[i].id < in[j].id })
+	ids, tenants = make(pq.StringArray, len(in)), make(pq.StringArray, len(in))
+	for j, i := range order {
+		ids[j], tenants[j] = in[i].id, in[i].tenantID
+	}
+	return ids, tenants, order
+}
+
+// releaseBatch runs a batch of releases (distinct ids: the Batcher's
+// Keys): for each, whether its lease was deleted.
+func (s *Service) releaseBatch(ctx context.Context, in []leaseCall) ([]bool, error) {
+	ids, tenants, order := leaseArrays(in)
+	var ords []int64
+	if err := s.db.SelectPrepared(ctx, &ords, releaseSQL, ids, tenants, NotifyChan); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(in))
+	for _, o := range ords {
+		out[order[o-1]] = true
+	}
+	return out, nil
+}
+
+// keptAlive is keepaliveSQL's row: a renewed lease and its ordinal.
+type keptAlive struct {
+	Ord int64 `db:"ord"`
+	Lease
+}
+
+// keepaliveBatch runs a batch of keepalives (distinct ids: the Batcher's
+// Keys): for each, the renewed lease, or Ord 0 when it was not found.
+func (s *Service) keepaliveBatch(ctx context.Context, in []leaseCall) ([]keptAlive, error) {
+	ids, tenants, order := leaseArrays(in)
+	var rows []keptAlive
+	if err := s.db.SelectPrepared(ctx, &rows, keepaliveSQL, ids, tenants); err != nil {
+		return nil, err
+	}
+	out := make([]keptAlive, len(in))
+	for _, r := range rows {
+		out[order[r.Ord-1]] = r
+	}
+	return out, nil
 }
 
 // Acquire grants the lease on req.Key to tenantID, waiting up to req.Wait
@@ -259,8 +415,8 @@ func (s *Service) Acquire(ctx context.Context, tenantID string, req AcquireReque
 
 // try is one acquisition attempt: *heldError when the key is held.
 func (s *Service) try(ctx context.Context, tenantID, key string, req AcquireRequest) (Lease, error) {
-	var a attempt
-	if err := s.db.GetPrepared(ctx, &a, acquireSQL, tenantID, key, req.Holder, req.TTL.Milliseconds(), req.Wait > 0); err != nil {
+	a, err := s.acquires.Do(ctx, acquireCall{tenantID: tenantID, key: key, holder: req.Holder, ttlMillis: req.TTL.Milliseconds(), wait: req.Wait > 0})
+	if err != nil {
 		return Lease{}, database.MapError(err)
 	}
 	if !a.ID.Valid {
@@ -282,14 +438,14 @@ func (s *Service) Keepalive(ctx context.Context, tenantID, id string) (_ Lease, 
 	if _, err := uuid.Parse(id); err != nil {
 		return Lease{}, notFound(id)
 	}
-	var l Lease
-	err = s.db.GetPrepared(ctx, &l, `UPDATE leases SET expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond'
-		WHERE id = $1 AND cluster_user_id = $2 AND expires_at > clock_timestamp()
-		RETURNING `+leaseColumns, id, tenantID)
-	if database.IsNoRows(err) {
+	k, err := s.keepalives.Do(ctx, leaseCall{id: id, tenantID: tenantID})
+	if err != nil {
+		return Lease{}, database.MapError(err)
+	}
+	if k.Ord == 0 {
 		return Lease{}, notFound(id)
 	}
-	return l, database.MapError(err)
+	return k.Lease, nil
 }
 
 // Release ends the tenant's lease id and wakes the key's waiters (in every
@@ -301,18 +457,11 @@ func (s *Service) Release(ctx context.Context, tenantID, id string) (err error) 
 	if _, err := uuid.Parse(id); err != nil {
 		return notFound(id)
 	}
-	var n int
-	// Only a lease a waiter marked (wanted) notifies: NOTIFY serializes
-	// the commits of the transactions that use it.
-	err = s.db.GetPrepared(ctx, &n, `WITH d AS (
-			DELETE FROM leases WHERE id = $1 AND cluster_user_id = $2 RETURNING cluster_user_id, key, wanted)
-		SELECT count(*) FROM d
-		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`,
-		id, tenantID, NotifyChan)
+	deleted, err := s.releases.Do(ctx, leaseCall{id: id, tenantID: tenantID})
 	if err != nil {
 		return database.MapError(err)
 	}
-	if n == 0 {
+	if !deleted {
 		return notFound(id)
 	}
 	return nil

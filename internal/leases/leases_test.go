@@ -28,9 +28,9 @@ type env struct {
 
 // newEnv returns the service on a fresh database with a connected
 // notifier.
-func newEnv(t *testing.T) env {
+func newEnv(t *testing.T, opts ...dbtest.Option) env {
 	t.Helper()
-	db, url := dbtest.NewWithURL(t)
+	db, url := dbtest.NewWithURL(t, opts...)
 	n := listeningNotifier(t, url)
 	return env{db: db, svc: leases.New(db, locks.New(db, locks.Fixed(normalize.Default()), nil), n), notify: n}
 }
@@ -457,9 +457,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestConcurrentBatches: acquisitions and releases of many keys by two
-// tenants running at once each get their own answer: per key, one holder
-// at a time and tokens 1, 2, 3... in holding order; a release answers for
+// TestConcurrentBatches: acquisitions, keepalives and releases of many
+// keys by two tenants running at once (through the group commit's
+// Batchers) each get their own answer: per key, one holder at a time and
+// tokens 1, 2, 3... in holding order; a keepalive or release answers for
 // its own lease only.
 func TestConcurrentBatches(t *testing.T) {
 	t.Parallel()
@@ -492,6 +493,9 @@ func TestConcurrentBatches(t *testing.T) {
 				holding[id] = true
 				tokens[id] = append(tokens[id], l.FencingToken)
 				mu.Unlock()
+				if k, err := e.svc.Keepalive(ctx, tenant, l.ID); err != nil || k.ID != l.ID || k.FencingToken != l.FencingToken {
+					t.Errorf("keepalive of %s: %+v, %v", id, k, err)
+				}
 				// Someone else's release of this lease is not found.
 				other := []string{alice.ID, bob.ID}[(w+1)%2]
 				if err := e.svc.Release(ctx, other, l.ID); !repolock.IsCode(err, repolock.ENotFound) {
@@ -522,6 +526,13 @@ func TestConcurrentBatches(t *testing.T) {
 	}
 	if total != workers*rounds {
 		t.Fatalf("%d acquisitions, want %d", total, workers*rounds)
+	}
+	st := e.db.BatchStats()
+	t.Logf("batches: %+v", st)
+	for _, name := range []string{leases.BatchAcquire, leases.BatchKeepalive, leases.BatchRelease} {
+		if st[name].Calls == 0 {
+			t.Errorf("%s: no call went through the Batcher: %+v", name, st[name])
+		}
 	}
 }
 
@@ -610,5 +621,150 @@ func TestPrefixEnd(t *testing.T) {
 		if end != tc.end || ok != tc.ok {
 			t.Errorf("PrefixEnd(%q) = %q, %v; want %q, %v", tc.prefix, end, ok, tc.end, tc.ok)
 		}
+	}
+}
+
+// result is one call's answer in TestBatches.
+type result struct {
+	l   leases.Lease
+	err error
+}
+
+// TestBatches: concurrent acquisitions, keepalives and releases of
+// distinct keys (lease ids) share one statement and one commit (group
+// commit), each call still gets its own answer, and two calls on one key
+// (one lease id) never share a batch: the second runs in the next one and
+// sees the first's outcome. Each part holds a batch in flight on a row an
+// open transaction holds and queues the calls behind it
+// (dbtest.InOneBlockedBatch), so the batches are formed exactly as the
+// assertions count them.
+func TestBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, dbtest.Pool(database.PoolConfig{BatchStallAfter: time.Hour}))
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	bob := dbtest.NewTenant(t, e.db, "")
+	acquire := func(tenant, key string) func() result {
+		return func() result {
+			l, err := e.svc.Acquire(ctx, tenant, req(key))
+			return result{l, err}
+		}
+	}
+	batches := func(name string) int64 { return e.db.BatchStats()[name].Batches }
+
+	// Acquisitions: the held one waits for the key's lease_tokens row,
+	// which the open transaction inserted.
+	got := dbtest.InOneBlockedBatch(t, e.db, leases.BatchAcquire, func(tx database.Tx) {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO lease_tokens (cluster_user_id, key, token) VALUES ($1, 'blocker', 7)`, alice.ID); err != nil {
+			t.Fatal(err)
+		}
+	}, acquire(alice.ID, "blocker"), map[string]func() result{
+		"alice/x": acquire(alice.ID, "x"),
+		"bob/x":   acquire(bob.ID, "x"),
+		"alice/y": acquire(alice.ID, "y"),
+		"same-1":  acquire(alice.ID, "same"),
+		"same-2":  acquire(alice.ID, "same"),
+	})
+	for _, label := range []string{"held", "alice/x", "bob/x", "alice/y"} {
+		if r := got[label]; r.err != nil || r.l.FencingToken != 1 {
+			t.Fatalf("%s: %+v, %v; want token 1 (the blocker's token row was rolled back)", label, r.l, r.err)
+		}
+	}
+	// One of the two calls on one key took it, the other ran in a later
+	// batch and found it held.
+	s1, s2 := got["same-1"], got["same-2"]
+	if s1.err != nil {
+		s1, s2 = s2, s1
+	}
+	if s1.err != nil || s1.l.FencingToken != 1 {
+		t.Fatalf("same key: the first = %+v, %v; want token 1", s1.l, s1.err)
+	}
+	wantCode(t, s2.err, repolock.ELeaseHeld)
+	// The held batch, the four distinct keys, the second call on "same".
+	if n := batches(leases.BatchAcquire); n != 3 {
+		t.Fatalf("acquire batches = %d, want 3 (%+v)", n, e.db.BatchStats()[leases.BatchAcquire])
+	}
+
+	lock := func(id string) func(database.Tx) {
+		return func(tx database.Tx) {
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM leases WHERE id = $1 FOR UPDATE`, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keepalive := func(tenant, id string) func() result {
+		return func() result {
+			l, err := e.svc.Keepalive(ctx, tenant, id)
+			return result{l, err}
+		}
+	}
+	held, ax, bx, ay, same := got["held"].l, got["alice/x"].l, got["bob/x"].l, got["alice/y"].l, s1.l
+	got = dbtest.InOneBlockedBatch(t, e.db, leases.BatchKeepalive, lock(held.ID), keepalive(alice.ID, held.ID), map[string]func() result{
+		"alice/x":   keepalive(alice.ID, ax.ID),
+		"alice/x 2": keepalive(alice.ID, ax.ID),
+		"bob/x":     keepalive(bob.ID, bx.ID),
+		"by bob":    keepalive(bob.ID, ay.ID),
+		"unknown":   keepalive(alice.ID, "00000000-0000-4000-8000-000000000000"),
+	})
+	for label, want := range map[string]leases.Lease{"held": held, "alice/x": ax, "alice/x 2": ax, "bob/x": bx} {
+		r := got[label]
+		if r.err != nil || r.l.ID != want.ID || r.l.Key != want.Key || r.l.FencingToken != want.FencingToken || r.l.ExpiresAt.Before(want.ExpiresAt) {
+			t.Fatalf("keepalive %s = %+v, %v; want %+v renewed", label, r.l, r.err, want)
+		}
+	}
+	wantCode(t, got["by bob"].err, repolock.ENotFound)
+	wantCode(t, got["unknown"].err, repolock.ENotFound)
+	if n := batches(leases.BatchKeepalive); n != 3 {
+		t.Fatalf("keepalive batches = %d, want 3 (%+v)", n, e.db.BatchStats()[leases.BatchKeepalive])
+	}
+
+	// Releases, one of them of a lease a waiter waits for: the batch's
+	// NOTIFY wakes it, and it gets the key's next token.
+	waiter := make(chan result, 1)
+	go func() {
+		l, err := e.svc.Acquire(ctx, alice.ID, leases.AcquireRequest{Key: "y", TTL: time.Minute, Wait: leases.MaxWait})
+		waiter <- result{l, err}
+	}()
+	dbtest.WaitForBatcher(t, e.db, leases.BatchAcquire, "the waiter's attempt ran", func(s database.BatchStats) bool { return s.Batches == 4 && s.InFlight == 0 })
+	var wanted bool
+	if err := e.db.GetContext(ctx, &wanted, `SELECT wanted FROM leases WHERE id = $1`, ay.ID); err != nil || !wanted {
+		t.Fatalf("alice/y wanted = %v, %v; want true", wanted, err)
+	}
+	release := func(tenant, id string) func() error {
+		return func() error { return e.svc.Release(ctx, tenant, id) }
+	}
+	errs := dbtest.InOneBlockedBatch(t, e.db, leases.BatchRelease, lock(held.ID), release(alice.ID, held.ID), map[string]func() error{
+		"alice/x":   release(alice.ID, ax.ID),
+		"alice/x 2": release(alice.ID, ax.ID),
+		"alice/y":   release(alice.ID, ay.ID),
+		"same":      release(alice.ID, same.ID),
+		"by alice":  release(alice.ID, bx.ID),
+	})
+	for _, label := range []string{"held", "alice/y", "same"} {
+		if errs[label] != nil {
+			t.Fatalf("release %s: %v", label, errs[label])
+		}
+	}
+	// Of two releases of one lease, the first (in the batch) deletes it,
+	// the second (in the next batch) finds nothing.
+	if e1, e2 := errs["alice/x"], errs["alice/x 2"]; !(e1 == nil && repolock.IsCode(e2, repolock.ENotFound) ||
+		e2 == nil && repolock.IsCode(e1, repolock.ENotFound)) {
+		t.Fatalf("two releases of one lease: %v, %v; want one nil, one not found", e1, e2)
+	}
+	wantCode(t, errs["by alice"], repolock.ENotFound)
+	if n := batches(leases.BatchRelease); n != 3 {
+		t.Fatalf("release batches = %d, want 3 (%+v)", n, e.db.BatchStats()[leases.BatchRelease])
+	}
+	select {
+	case r := <-waiter:
+		if r.err != nil || r.l.FencingToken != 2 {
+			t.Fatalf("waiter: %+v, %v; want token 2", r.l, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the batch's release did not wake the waiter")
+	}
+	// bob's lease on x was not released by alice.
+	if _, err := e.svc.Keepalive(ctx, bob.ID, bx.ID); err != nil {
+		t.Fatal(err)
 	}
 }
