@@ -768,3 +768,59 @@ func TestBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAcquireFindsTokensThroughTheIndex: a session's first acquisitions,
+// on a lease_tokens table of a few rows, cache the plans of the function's
+// statements (PL/pgSQL keeps them for the life of the session). Once the
+// table has grown, with no ANALYZE to invalidate those plans, an
+// acquisition must still find its key's token row through the primary key,
+// not by reading the table: migration 000022's UPDATE, planned on the tiny
+// table, read every row of it on every acquisition (bench-http phase l:
+// 152M rows read in 15 s). Counted with pg_stat_xact_user_tables, the
+// transaction's own statistics.
+func TestAcquireFindsTokensThroughTheIndex(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	u := dbtest.NewTenant(t, db, "")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	acquire := func(key string) {
+		t.Helper()
+		var token int64
+		if err := conn.QueryRowContext(ctx, `SELECT r_token FROM repolock_lease_acquire($1, $2, '', 60000, false)`, u.ID, key).Scan(&token); err != nil {
+			t.Fatalf("acquire %s: %v", key, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `ANALYZE lease_tokens`); err != nil {
+		t.Fatal(err)
+	}
+	// More than five runs: PL/pgSQL's plan cache then settles on a
+	// generic plan.
+	for i := range 10 {
+		acquire(fmt.Sprintf("warm-%d", i))
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO lease_tokens (cluster_user_id, key, token)
+		SELECT $1, 'grown-' || g, 1 FROM generate_series(1, 20000) g`, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, `ROLLBACK`) //nolint:errcheck // the test's own transaction
+	for i := range 10 {
+		acquire(fmt.Sprintf("new-%d", i))
+	}
+	acquire("grown-7") // an existing key: the token is bumped
+	var seqScans, seqRead int64
+	if err := conn.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0), coalesce(sum(seq_tup_read), 0)
+		FROM pg_stat_xact_user_tables WHERE relname = 'lease_tokens'`).Scan(&seqScans, &seqRead); err != nil {
+		t.Fatal(err)
+	}
+	if seqScans != 0 {
+		t.Fatalf("11 acquisitions scanned lease_tokens %d times (%d rows read): the key's row must be found through the primary key", seqScans, seqRead)
+	}
+}
