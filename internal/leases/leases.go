@@ -217,24 +217,22 @@ const (
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::boolean[]) WITH ORDINALITY AS r(tenant, key, holder, ttl_ms, wait, ord)
 		CROSS JOIN LATERAL repolock_lease_acquire(r.tenant, r.key, r.holder, r.ttl_ms, r.wait) a`
 
-	// releaseSQL is a batch of releases in one statement: the ordinals
-	// of the leases it deleted. Only a lease a waiter marked (wanted)
-	// notifies: NOTIFY serializes the commits of the transactions that
-	// use it.
-	releaseSQL = `WITH d AS (
-			DELETE FROM leases l USING unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY AS r(id, tenant, ord)
-			WHERE l.id = r.id AND l.cluster_user_id = r.tenant
-			RETURNING r.ord, l.cluster_user_id, l.key, l.wanted)
-		SELECT d.ord FROM d
-		LEFT JOIN LATERAL (SELECT pg_notify($3, d.cluster_user_id::text || '/' || d.key) WHERE d.wanted) n ON true`
+	// releaseSQL is a batch of releases in one statement
+	// (repolock_lease_release, migration 000031): the ordinals of the
+	// leases it deleted. Only a lease a waiter marked (wanted) notifies:
+	// NOTIFY serializes the commits of the transactions that use it. The
+	// function finds the leases by their ids whatever the table's
+	// statistics: a prepared statement's generic plan, made while the
+	// table was a few pages, read it whole for every batch.
+	releaseSQL = `SELECT ord FROM repolock_lease_release($1::uuid[], $2::uuid[], $3) AS ord`
 
-	// keepaliveSQL is a batch of keepalives in one statement: each valid
-	// lease (by the database's clock, re-checked after a wait for its
-	// row) renewed for its TTL from now, with its ordinal.
-	keepaliveSQL = `UPDATE leases l SET expires_at = clock_timestamp() + l.ttl_ms * interval '1 millisecond'
-		FROM unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY AS r(id, tenant, ord)
-		WHERE l.id = r.id AND l.cluster_user_id = r.tenant AND l.expires_at > clock_timestamp()
-		RETURNING r.ord, l.id, l.key, l.token, l.holder, l.ttl_ms, l.acquired_at, l.expires_at`
+	// keepaliveSQL is a batch of keepalives in one statement
+	// (repolock_lease_keepalive, migration 000031): each valid lease (by
+	// the database's clock, re-checked after a wait for its row) renewed
+	// for its TTL from now, with its ordinal.
+	keepaliveSQL = `SELECT r_ord AS ord, r_id AS id, r_key AS key, r_token AS token, r_holder AS holder, r_ttl_ms AS ttl_ms,
+			r_acquired_at AS acquired_at, r_expires_at AS expires_at
+		FROM repolock_lease_keepalive($1::uuid[], $2::uuid[])`
 )
 
 // attempt is acquireSQL's row.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
+
 	"github.com/repolock/repolock"
 	"github.com/repolock/repolock/internal/database"
 	"github.com/repolock/repolock/internal/dbtest"
@@ -822,5 +824,91 @@ func TestAcquireFindsTokensThroughTheIndex(t *testing.T) {
 	}
 	if seqScans != 0 {
 		t.Fatalf("11 acquisitions scanned lease_tokens %d times (%d rows read): the key's row must be found through the primary key", seqScans, seqRead)
+	}
+}
+
+// TestBatchesFindLeasesThroughTheIndex: the release and keepalive batch
+// statements, prepared on a session while leases held 100 rows (a page or
+// three) and run often enough there for Postgres to settle on a generic
+// plan, must still find their leases through the primary key once the
+// table has filled with the dead rows of released leases. As plain
+// prepared statements (before migration 000031) their generic plan was a
+// hash join over a sequential scan of the whole table: bench-http's phase
+// l paid one per release batch.
+func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	u := dbtest.NewTenant(t, db, "")
+	live := func(prefix string, n int) []string {
+		t.Helper()
+		var ids []string
+		if err := db.SelectContext(ctx, &ids, `INSERT INTO leases (cluster_user_id, key, token, ttl_ms, acquired_at, expires_at)
+			SELECT $1, $2 || g, 1, 3600000, now(), now() + interval '1 hour' FROM generate_series(1, $3) g RETURNING id`, u.ID, prefix, n); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	warm := live("warm-", 100)
+	if _, err := db.ExecContext(ctx, `ANALYZE leases`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	release, err := conn.PrepareContext(ctx, leases.ReleaseSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release.Close()
+	keepalive, err := conn.PrepareContext(ctx, leases.KeepaliveSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keepalive.Close()
+	run := func(ids []string) {
+		t.Helper()
+		tenants := make(pq.StringArray, len(ids))
+		for i := range tenants {
+			tenants[i] = u.ID
+		}
+		rows, err := keepalive.QueryContext(ctx, pq.StringArray(ids), tenants)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if rows, err = release.QueryContext(ctx, pq.StringArray(ids), tenants, leases.NotifyChan); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	// Ten batches of ten on the small table: after five runs Postgres
+	// may keep a prepared statement's generic plan.
+	for i := range 10 {
+		run(warm[10*i : 10*i+10])
+	}
+	// The table grows by 20,000 dead rows (released leases, no vacuum).
+	live("dead-", 20000)
+	if _, err := db.ExecContext(ctx, `DELETE FROM leases WHERE key LIKE 'dead-%'`); err != nil {
+		t.Fatal(err)
+	}
+	ids := live("now-", 10)
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(ctx, `ROLLBACK`) //nolint:errcheck // the test's own transaction
+	run(ids)
+	var seqScans int64
+	if err := conn.QueryRowContext(ctx, `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables WHERE relname = 'leases'`).Scan(&seqScans); err != nil {
+		t.Fatal(err)
+	}
+	if seqScans != 0 {
+		t.Fatalf("a keepalive and a release batch scanned leases %d times: leases must be found by their ids through the primary key", seqScans)
+	}
+	var left int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM leases WHERE key LIKE 'now-%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("leases left after the release batch: %d, %v", left, err)
 	}
 }
