@@ -2,6 +2,7 @@ package rekey_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -308,7 +309,11 @@ func TestRekeyResumes(t *testing.T) {
 		batches++
 		cancel()
 	}})
-	if err == nil || batches != 1 {
+	// The run reads and moves in two stages that both report progress:
+	// a batch already in flight when the context ended may still report
+	// (CI saw 2), but the run must end with the context's error, before
+	// checking every lock.
+	if !errors.Is(err, context.Canceled) || batches < 1 {
 		t.Fatalf("stopped run: %d batches, %+v, %v", batches, rep, err)
 	}
 	var checked int
