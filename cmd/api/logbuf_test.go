@@ -8,9 +8,10 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/repolock/repolock/internal/cputime"
 )
 
 // signalWriter records what was written to it and signals every write.
@@ -213,7 +214,7 @@ func BenchmarkAccessLogLine(b *testing.B) {
 				defer closeLog()
 				ctx := context.Background()
 				b.ReportAllocs()
-				defer reportCPU(b)()
+				defer cputime.Report(b)()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						logger.LogAttrs(ctx, slog.LevelInfo, "request",
@@ -225,19 +226,5 @@ func BenchmarkAccessLogLine(b *testing.B) {
 				})
 			})
 		}
-	}
-}
-
-// reportCPU reports the process's CPU time (user + system) per operation
-// from the call to the returned function's: on a shared machine the wall
-// time per operation moves with the other load, the CPU time much less.
-func reportCPU(b *testing.B) func() {
-	var r0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
-	return func() {
-		var r1 syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
-		ns := func(r syscall.Rusage) int64 { return r.Utime.Nano() + r.Stime.Nano() }
-		b.ReportMetric(float64(ns(r1)-ns(r0))/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
+	"github.com/repolock/repolock/internal/cputime"
 	"github.com/repolock/repolock/internal/httpapi"
 	"github.com/repolock/repolock/internal/tenants"
 )
@@ -55,7 +55,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	b.Run("me", func(b *testing.B) {
 		serve(b, http.MethodGet, "/v1/me", nil, 200) // the token cached
 		b.ReportAllocs()
-		defer reportCPU(b)()
+		defer cputime.Report(b)()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				serve(b, http.MethodGet, "/v1/me", nil, 200)
@@ -66,7 +66,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	b.Run("acquire", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetParallelism(16) // 32 requesters on 2 CPUs: batches form
-		defer reportCPU(b)()
+		defer cputime.Report(b)()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				body := fmt.Appendf(nil, `{"repo_url":"https://github.com/bench/r-%d"}`, n.Add(1))
@@ -74,17 +74,4 @@ func BenchmarkServeHTTP(b *testing.B) {
 			}
 		})
 	})
-}
-
-// reportCPU reports the process's CPU time (user + system) per operation
-// between the call and the call of the function it returns.
-func reportCPU(b *testing.B) func() {
-	var r0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
-	return func() {
-		var r1 syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
-		ns := func(r syscall.Rusage) int64 { return r.Utime.Nano() + r.Stime.Nano() }
-		b.ReportMetric(float64(ns(r1)-ns(r0))/float64(b.N), "cpu-ns/op")
-	}
 }
