@@ -365,6 +365,18 @@ func awaitEvents(t testing.TB, s *watch.Service, sc watch.Scope, cursor string, 
 	}
 }
 
+// polling starts a service with no LISTEN session: it reads when Written
+// or Changed pokes it, and every poll.
+func polling(t *testing.T, db *database.DB, poll time.Duration) *watch.Service {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s := watch.New(db, watch.Config{Retention: -1, PollInterval: poll, Logger: discard()})
+	s.Start(ctx)
+	t.Cleanup(s.Close)
+	return s
+}
+
 // listening starts a service whose notifications come from a LISTEN
 // session on url (internal/pglisten), as cmd/api wires it: the watch its
 // only subscriber, or (shared) with the token cache's and the leases'
@@ -470,11 +482,7 @@ func TestWrittenCoalescesNotifications(t *testing.T) {
 func TestWrittenWakesItsOwnProcess(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	s := watch.New(db, watch.Config{Retention: -1, PollInterval: time.Hour, Logger: discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s.Start(ctx)
-	t.Cleanup(s.Close)
+	s := polling(t, db, time.Hour)
 	u := dbtest.NewTenant(t, db, "")
 	head := awaitHead(t, s, watch.Scope{TenantID: u.ID})
 	id := insertEvent(t, db, u.ID, "https://example.com/w/r")
@@ -491,11 +499,8 @@ func TestWrittenWakesItsOwnProcess(t *testing.T) {
 func TestWrittenWithoutWatchersSkipsTheRead(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	s := watch.New(db, watch.Config{Retention: -1, PollInterval: time.Hour, Logger: discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s.Start(ctx)
-	t.Cleanup(s.Close)
+	s := polling(t, db, time.Hour)
+	ctx := context.Background()
 	waitFor(t, "first read", func() bool { r, _ := s.LoopState(); return r >= 1 })
 	u := dbtest.NewTenant(t, db, "")
 	sc := watch.Scope{TenantID: u.ID}
@@ -709,11 +714,8 @@ func TestHeldReadsWithoutWatchersStop(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	const poll = 20 * time.Millisecond
-	s := watch.New(db, watch.Config{Retention: -1, PollInterval: poll, Logger: discard()})
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s.Start(ctx)
-	t.Cleanup(s.Close)
+	s := polling(t, db, poll)
+	ctx := context.Background()
 	waitFor(t, "first read", func() bool { r, _ := s.LoopState(); return r >= 1 })
 	u := dbtest.NewTenant(t, db, "")
 	sc := watch.Scope{TenantID: u.ID}
