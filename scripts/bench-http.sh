@@ -469,6 +469,24 @@ prepare() {
 	esac
 }
 
+# disk_flush_us: the time of one 8 KiB O_DSYNC write into a preallocated
+# file beside the server's data directory (as WAL segments are), in µs, or
+# nothing when the server is not local to this user. With a slow flush
+# the floor f is bound by its WAL flushes; with a fast one, as on the
+# development machine (about 90 µs), by CPU, and every ratio to f is then
+# a ratio of CPU per operation.
+disk_flush_us() {
+	local dir f out
+	dir=$(psql_admin -c 'SHOW data_directory' 2>/dev/null) || return 0
+	dir=$(dirname "$dir")
+	[ -d "$dir" ] && [ -w "$dir" ] || return 0
+	f=$(mktemp -p "$dir" .bench-http-flush.XXXXXX) || return 0
+	dd if=/dev/zero of="$f" bs=8k count=1000 status=none 2>/dev/null && sync "$f" 2>/dev/null
+	out=$(LC_ALL=C dd if=/dev/zero of="$f" bs=8k count=1000 oflag=dsync conv=notrunc 2>&1) || out=
+	rm -f "$f"
+	awk '/copied/ {for (i = 1; i <= NF; i++) if ($i == "s,") printf "%.0f", $(i - 1) * 1e6 / 1000}' <<<"$out"
+}
+flush_us=$(disk_flush_us)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A last=()
 for side in "${sides[@]}"; do start_side "$side"; done
@@ -518,7 +536,16 @@ fmt_rate() { [ -n "${1:-}" ] && awk -v v="$1" 'BEGIN {printf "%.0f", v}' || echo
 
 echo
 echo "make bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+dirty'), ${conns} connections, ${duration}s per phase"
-echo "Postgres processes µs/op: ${pg_postmaster:+CPU of the server's postmaster and its children (postmaster pid $pg_postmaster): every database on it counts, so use a server of the benchmark's own}${pg_postmaster:-not measured (the server is not a local process this user can read)}"
+if [ -n "${pg_postmaster:-}" ]; then
+	echo "Postgres processes µs/op: CPU of the server's postmaster and its children (postmaster pid $pg_postmaster): every database on it counts, so use a server of the benchmark's own"
+else
+	echo "Postgres processes µs/op: not measured (the server is not a local process this user can read)"
+fi
+if [ -n "$flush_us" ]; then
+	echo "disk flush: $flush_us µs per 8 KiB O_DSYNC write beside the data directory (measured before the phases; small: f is bound by CPU, not by WAL flushes)"
+else
+	echo "disk flush: not measured (the server's data directory is not local to this user)"
+fi
 echo "machine: $(nproc --all) CPUs; load average before $load_before, after $load_after; Postgres $(psql_admin -c 'SHOW server_version' | cut -d' ' -f1)"
 echo "CPUs: $pin_note"
 for side in "${sides[@]}"; do
