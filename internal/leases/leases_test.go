@@ -827,14 +827,15 @@ func TestAcquireFindsTokensThroughTheIndex(t *testing.T) {
 	}
 }
 
-// TestBatchesFindLeasesThroughTheIndex: the release and keepalive batch
-// statements, prepared on a session while leases held 100 rows (a page or
+// TestBatchesFindLeasesThroughTheIndex: the acquire, release and keepalive
+// batch statements, prepared on a session while leases held 100 rows (a page or
 // three) and run often enough there for Postgres to settle on a generic
 // plan, must still find their leases through the primary key once the
 // table has filled with the dead rows of released leases. As plain
 // prepared statements (before migration 000031) their generic plan was a
 // hash join over a sequential scan of the whole table: bench-http's phase
-// l paid one per release batch.
+// l paid one per release batch. The acquire function's cached plan of its
+// read of the key's live lease was a sequential scan too (before 000032).
 func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -858,6 +859,11 @@ func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	acquire, err := conn.PrepareContext(ctx, leases.AcquireSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acquire.Close()
 	release, err := conn.PrepareContext(ctx, leases.ReleaseSQL)
 	if err != nil {
 		t.Fatal(err)
@@ -868,13 +874,31 @@ func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer keepalive.Close()
+	acquired := 0
 	run := func(ids []string) {
 		t.Helper()
 		tenants := make(pq.StringArray, len(ids))
 		for i := range tenants {
 			tenants[i] = u.ID
 		}
-		rows, err := keepalive.QueryContext(ctx, pq.StringArray(ids), tenants)
+		// An acquisition of a new key per id, and one of warm-1 (held,
+		// or released by an earlier run and taken again).
+		keys := pq.StringArray{"warm-1"}
+		for range ids {
+			acquired++
+			keys = append(keys, fmt.Sprintf("acq-%d", acquired))
+		}
+		acqTenants, holders := make(pq.StringArray, len(keys)), make(pq.StringArray, len(keys))
+		ttls, waits := make(pq.Int64Array, len(keys)), make(pq.BoolArray, len(keys))
+		for i := range keys {
+			acqTenants[i], holders[i], ttls[i] = u.ID, "h", 60000
+		}
+		rows, err := acquire.QueryContext(ctx, acqTenants, keys, holders, ttls, waits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		rows, err = keepalive.QueryContext(ctx, pq.StringArray(ids), tenants)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -905,7 +929,7 @@ func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	if seqScans != 0 {
-		t.Fatalf("a keepalive and a release batch scanned leases %d times: leases must be found by their ids through the primary key", seqScans)
+		t.Fatalf("an acquire, a keepalive and a release batch scanned leases %d times: leases must be found by their ids through the primary key", seqScans)
 	}
 	var left int
 	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM leases WHERE key LIKE 'now-%'`).Scan(&left); err != nil || left != 0 {

@@ -1,6 +1,9 @@
+-- The PL/pgSQL functions on hot paths find their rows through an index,
+-- whatever plan their session cached (issues 27 and 28; docs/benchmarks.md,
+-- "Plans cached on a small table").
+--
 -- The reference and lock triggers find the locks they change by id, never
--- by reading RepositoryLockOwner whole (issue 28; docs/benchmarks.md,
--- "Creates: a trigger's plan cached on an empty table").
+-- by reading RepositoryLockOwner whole.
 --
 -- repolock_flag_gc_candidates (000023: the locks a statement's references
 -- gained or lost, `id = ANY (gained)`) and repolock_ownership_locks (the
@@ -25,3 +28,13 @@
 -- reset, not a service path.
 ALTER FUNCTION repolock_flag_gc_candidates() SET enable_seqscan = off;
 ALTER FUNCTION repolock_ownership_locks() SET enable_seqscan = off;
+
+-- repolock_lease_acquire (000030) reads a key's live lease by (tenant,
+-- key): its cached generic plan, made while leases held a page or two
+-- (bench-http's phase l: 100 live leases), was a sequential scan, kept as
+-- the table filled with the dead rows of released leases. Phase l
+-- measured 18,086 scans reading 2.1M rows in 15 s, and Postgres spent 312
+-- µs per lease pair against 132 with 10,000 live leases (phase L), whose
+-- plans use the index. 000031 did the same for the release and keepalive
+-- batches.
+ALTER FUNCTION repolock_lease_acquire(uuid, text, text, bigint, boolean) SET enable_seqscan = off;
