@@ -522,6 +522,19 @@ for ph in $phases; do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# seqscans SIDE: the tables of the side's database that sequential scans
+# read over 100,000 rows of during the run, as "table (N scans, M rows)".
+# A hot statement whose cached plan reads a table whole shows here
+# (docs/benchmarks.md, "Plans cached on a small table"). Read after the
+# last phase: the connection it opens is not counted as a phase's session.
+seqscans() {
+	psql "$(with_db "$admin_url" "${db_name[$1]}")" -X -Atq -c "
+		SELECT coalesce(string_agg(format('%s (%s scans, %s rows)', relname, seq_scan, seq_tup_read), ', ' ORDER BY seq_tup_read DESC), 'none')
+		FROM pg_stat_user_tables WHERE seq_tup_read > 100000" 2>/dev/null || echo "not read"
+}
+declare -A seq_note=()
+for side in "${sides[@]}"; do seq_note[$side]=$(seqscans "$side"); done
+
 # ---- report ----
 ratio() { # side num den
 	local n=${rate[$1,$2]:-} d=${rate[$1,$3]:-}
@@ -553,6 +566,7 @@ for side in "${sides[@]}"; do
 	# memory its collector's pace costs (GOGC).
 	rss=$(awk '/^VmHWM:/ {printf "%.0f MiB", $2 / 1024}' "/proc/${server_pid[$side]}/status" 2>/dev/null || true)
 	echo "$side: ${bin[$side]}, pool size (max open) ${pool[$side]}, peak RSS ${rss:-?}"
+	echo "$side: sequential scans that read over 100,000 rows in the run: ${seq_note[$side]}"
 done
 echo
 header="| phase |"
