@@ -106,13 +106,19 @@ func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
 // a batch starts beside the held one after database.DefaultBatchStallAfter.
 func QueueBehindHeldBatch(t testing.TB, db *database.DB, batcher, tenant, key string, held func(), queue func() int) {
 	t.Helper()
-	QueueBehindBlockedBatch(t, db, batcher, func(blocker database.Tx) {
+	QueueBehindBlockedBatch(t, db, batcher, insertLock(t, tenant, key), held, queue)
+}
+
+// insertLock is the blocking write of QueueBehindHeldBatch and InOneBatch:
+// an uncommitted lock row on key, which an acquire of key must wait for.
+func insertLock(t testing.TB, tenant, key string) func(database.Tx) {
+	return func(blocker database.Tx) {
 		if _, err := blocker.ExecContext(context.Background(), `
 			INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,
 			key, tenant); err != nil {
 			t.Fatal(err)
 		}
-	}, held, queue)
+	}
 }
 
 // QueueBehindBlockedBatch is QueueBehindHeldBatch with the blocking write
@@ -142,13 +148,7 @@ func QueueBehindBlockedBatch(t testing.TB, db *database.DB, batcher string, bloc
 // each label's result, held's as "held".
 func InOneBatch[R any](t testing.TB, db *database.DB, batcher, tenant, key string, held func() R, calls map[string]func() R) map[string]R {
 	t.Helper()
-	return InOneBlockedBatch(t, db, batcher, func(blocker database.Tx) {
-		if _, err := blocker.ExecContext(context.Background(), `
-			INSERT INTO RepositoryLockOwner (git_repository_url, normalizer_version, cluster_user_id) VALUES ($1, 2, $2)`,
-			key, tenant); err != nil {
-			t.Fatal(err)
-		}
-	}, held, calls)
+	return InOneBlockedBatch(t, db, batcher, insertLock(t, tenant, key), held, calls)
 }
 
 // InOneBlockedBatch is InOneBatch with the blocking write of the caller's
