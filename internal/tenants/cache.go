@@ -107,8 +107,7 @@ func (c *Cache) SetListening(up bool) {
 	c.mu.Lock()
 	changed := c.listening != up
 	c.listening = up
-	c.gen++
-	clear(c.entries)
+	c.flushLocked()
 	c.mu.Unlock()
 	if !changed {
 		return
@@ -142,6 +141,11 @@ func (c *Cache) Flush() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.flushLocked()
+}
+
+// flushLocked drops every entry and counts an invalidation (c.mu held).
+func (c *Cache) flushLocked() {
 	c.gen++
 	clear(c.entries)
 }
