@@ -31,7 +31,7 @@ func cat(name, re string) cpuCategory { return cpuCategory{name, regexp.MustComp
 var (
 	wholeStack = []cpuCategory{
 		cat("watch (background reads and NOTIFY)", `internal/watch\.\(\*Service\)\.(loop|notifier|Start)`),
-		cat("other background loops (GC, fold, fleet, aliases, token listener)", `internal/(gc|reports|fleet|rekey)\.|cmd/api\.foldOwnership|tenants\.\(\*Cache\)\.(listen|run)`),
+		cat("other background loops (GC, fold, fleet, aliases, the LISTEN session)", `internal/(gc|reports|fleet|rekey|pglisten)\.|cmd/api\.foldOwnership`),
 	}
 	leafFirst = []cpuCategory{
 		cat("logging (the access log: slog, the buffer, its write)", `^log/slog\.|cmd/api\.\(\*logBuffer\)|cmd/api\.logFlushHandler|httpapi\.\(\*Server\)\.accessLog`),
