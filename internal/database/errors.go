@@ -34,6 +34,7 @@ const (
 	CodeCrashShutdown        = "57P02"
 	CodeCannotConnectNow     = "57P03"
 	CodeReadOnlyTransaction  = "25006"
+	CodeFeatureNotSupported  = "0A000"
 )
 
 // ErrCommitOutcomeUnknown marks a transaction whose connection was lost
@@ -64,8 +65,34 @@ func notSent(err error) bool {
 		return true
 	}
 	switch PQCode(err) {
-	case CodeTooManyConnections, CodeCannotConnectNow, CodeReadOnlyTransaction:
+	case CodeTooManyConnections, CodeCannotConnectNow:
 		return true
+	}
+	return OnStandby(err)
+}
+
+// OnStandby reports whether err is a standby refusing to write: 25006
+// (read-only transaction: "cannot execute INSERT in a read-only
+// transaction", "cannot execute ... during recovery"), or 0A000 with
+// "during recovery" in its message: BEGIN READ WRITE on a standby answers
+// "cannot set transaction read-write mode during recovery" with the
+// generic feature-not-supported code, so only the message tells it apart
+// (in English: a server with lc_messages set to another language gives
+// such a BEGIN a 500, as before). The server reached is typically a node
+// being promoted or a crashed primary restarted as a standby, that a
+// proxy following Patroni's GET /primary still sends connections to
+// (make test-patroni once met one through the proxy it runs). Nothing was
+// applied.
+func OnStandby(err error) bool {
+	var pqErr *pq.Error
+	if !errors.As(err, &pqErr) {
+		return false
+	}
+	switch pqErr.Code {
+	case CodeReadOnlyTransaction:
+		return true
+	case CodeFeatureNotSupported:
+		return strings.Contains(pqErr.Message, "during recovery")
 	}
 	return false
 }
@@ -74,10 +101,8 @@ func notSent(err error) bool {
 // reached or the connection to it was lost: dial errors and other network
 // errors, resets, EOF from the driver, driver.ErrBadConn, SQLSTATE classes
 // 08 (connection exception) and 57P01..57P03 (shutdown, cannot connect
-// now), 53300 (too many connections), and 25006 (read-only transaction: the
-// server reached is a standby, typically one being promoted, that a proxy
-// following Patroni's GET /primary already sends connections to; the
-// statement was refused, so nothing was applied). Call it only on errors
+// now), 53300 (too many connections), and a standby refusing to write
+// (OnStandby: the statement was refused, so nothing was applied). Call it only on errors
 // that come out of database calls (an io.EOF from a request body is not an
 // outage).
 func IsConnectionError(err error) bool {
@@ -98,8 +123,11 @@ func IsConnectionError(err error) bool {
 	if errors.As(err, &dnsErr) {
 		return true
 	}
+	if OnStandby(err) {
+		return true
+	}
 	switch c := PQCode(err); {
-	case c == CodeTooManyConnections, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow, c == CodeReadOnlyTransaction:
+	case c == CodeTooManyConnections, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
 		return true
 	case len(c) == 5 && c[:2] == "08":
 		return true

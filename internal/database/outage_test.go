@@ -45,6 +45,9 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 		{"57P03 cannot connect now", &pq.Error{Code: "57P03"}, repolock.EUnavailable, "the database is unavailable; try again"},
 		{"53300 too many connections", &pq.Error{Code: "53300"}, repolock.EUnavailable, "the database is unavailable; try again"},
 		{"25006 read-only transaction (a standby being promoted)", fmt.Errorf("select: %w", &pq.Error{Code: "25006"}), repolock.EUnavailable, "the database is unavailable; try again"},
+		{"0A000 BEGIN READ WRITE on a standby", fmt.Errorf("begin: %w", &pq.Error{Code: "0A000", Message: "cannot set transaction read-write mode during recovery"}),
+			repolock.EUnavailable, "the database is unavailable; try again"},
+		{"0A000 otherwise stays internal", &pq.Error{Code: "0A000", Message: "unsupported Unicode escape sequence"}, repolock.EInternal, "internal error"},
 		{"commit lost", fmt.Errorf("commit: %w: %w", database.ErrCommitOutcomeUnknown, read), repolock.EUnavailable,
 			"the database connection was lost while committing: the outcome is unknown; re-read before retrying"},
 		{"lib/pq: begin on a connection in the wrong state", fmt.Errorf("begin: %w", errors.New("pq: unexpected transaction status idle in transaction")),
@@ -85,6 +88,7 @@ func TestMapErrorConnectionFailures(t *testing.T) {
 		{&pq.Error{Code: "53300"}, false},
 		{&pq.Error{Code: "57P03"}, false},
 		{&pq.Error{Code: "25006"}, false},
+		{&pq.Error{Code: "0A000", Message: "cannot set transaction read-write mode during recovery"}, false},
 		{&pq.Error{Code: "23505"}, false},
 	} {
 		got := database.UnknownOutcome(tc.err)
