@@ -220,7 +220,8 @@ func waitUntil(t *testing.T, timeout time.Duration, cond func() bool) {
 type deleteOutcome int
 
 const (
-	deleteApplied deleteOutcome = iota // answered 204, or 404 after an attempt whose outcome was unknown
+	deleteNotSent deleteOutcome = iota // no delete was sent
+	deleteApplied                      // answered 204, or 404 after an attempt whose outcome was unknown
 	deleteUnknown                      // no definite answer before the load stopped, or an unexpected one
 )
 

@@ -46,8 +46,7 @@ func TestHAFailover(t *testing.T) {
 
 	type write struct {
 		id, tenant string
-		deleted    deleteOutcome // when a delete was sent
-		sent       bool          // a delete was sent
+		deleted    deleteOutcome
 	}
 	var (
 		mu          sync.Mutex
@@ -110,7 +109,7 @@ func TestHAFailover(t *testing.T) {
 					if i%3 == 0 {
 						outcome := deleteApplication(t, s, token, app.ID, done, note)
 						mu.Lock()
-						acked[app.ID].deleted, acked[app.ID].sent = outcome, true
+						acked[app.ID].deleted = outcome
 						mu.Unlock()
 					}
 				}
@@ -236,11 +235,11 @@ func TestHAFailover(t *testing.T) {
 	for id, w := range acked {
 		owner, ok := present[id]
 		switch {
-		case w.sent && w.deleted == deleteUnknown:
+		case w.deleted == deleteUnknown:
 			unknown++ // either way is right
-		case w.sent && ok:
+		case w.deleted == deleteApplied && ok:
 			resurrected++
-		case w.sent:
+		case w.deleted == deleteApplied:
 		case !ok:
 			lost++
 			lostIDs = append(lostIDs, id)

@@ -73,8 +73,7 @@ func TestPatroniFailover(t *testing.T) {
 
 	type write struct {
 		tenant  string
-		deleted deleteOutcome // when a delete was sent
-		sent    bool          // a delete was sent
+		deleted deleteOutcome
 	}
 	var (
 		mu         sync.Mutex
@@ -146,7 +145,7 @@ func TestPatroniFailover(t *testing.T) {
 							note(ri, start, status, raw, retry)
 						})
 						mu.Lock()
-						acked[app.ID].deleted, acked[app.ID].sent = outcome, true
+						acked[app.ID].deleted = outcome
 						mu.Unlock()
 					}
 				}
@@ -249,11 +248,11 @@ func TestPatroniFailover(t *testing.T) {
 	for id, w := range acked {
 		owner, ok := present[id]
 		switch {
-		case w.sent && w.deleted == deleteUnknown:
+		case w.deleted == deleteUnknown:
 			unknown++ // either way is right
-		case w.sent && ok:
+		case w.deleted == deleteApplied && ok:
 			resurrected++
-		case w.sent:
+		case w.deleted == deleteApplied:
 			deletes++
 		case !ok:
 			lost++
