@@ -151,8 +151,8 @@ func TestHAFailover(t *testing.T) {
 	// The standby refuses a write transaction as a standby does ("cannot
 	// set transaction read-write mode during recovery", 0A000): a server
 	// that is not the primary is an outage (503, nothing applied), not a
-	// 500. make test-patroni met it through its proxy, on the crashed
-	// primary restarted as a standby.
+	// 500. make test-patroni met it once, through its proxy during the
+	// switch (which node refused was not recorded).
 	fail.Stage("writing to the standby")
 	sdb, err := database.Open(context.Background(), c.standby.url("repolock"), database.PoolConfig{})
 	if err != nil {

@@ -79,10 +79,9 @@ func notSent(err error) bool {
 // generic feature-not-supported code, so only the message tells it apart
 // (in English: a server with lc_messages set to another language gives
 // such a BEGIN a 500, as before). The server reached is typically a node
-// being promoted or a crashed primary restarted as a standby, that a
-// proxy following Patroni's GET /primary still sends connections to
-// (make test-patroni once met one through the proxy it runs). Nothing was
-// applied.
+// being promoted, that a proxy following Patroni's GET /primary already
+// sends connections to (make test-patroni once met such a refusal through
+// the proxy it runs, during the switch). Nothing was applied.
 func OnStandby(err error) bool {
 	var pqErr *pq.Error
 	if !errors.As(err, &pqErr) {
