@@ -2,6 +2,7 @@ package leases_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -858,22 +859,18 @@ func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	acquire, err := conn.PrepareContext(ctx, leases.AcquireSQL)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { conn.Close() }) // after the statements' Close
+	// prepare prepares a batch statement on conn, the session under test.
+	prepare := func(query string) *sql.Stmt {
+		t.Helper()
+		stmt, err := conn.PrepareContext(ctx, query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stmt.Close() })
+		return stmt
 	}
-	defer acquire.Close()
-	release, err := conn.PrepareContext(ctx, leases.ReleaseSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release.Close()
-	keepalive, err := conn.PrepareContext(ctx, leases.KeepaliveSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keepalive.Close()
+	acquire, release, keepalive := prepare(leases.AcquireSQL), prepare(leases.ReleaseSQL), prepare(leases.KeepaliveSQL)
 	acquired := 0
 	run := func(ids []string) {
 		t.Helper()
