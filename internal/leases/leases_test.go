@@ -933,3 +933,63 @@ func TestBatchesFindLeasesThroughTheIndex(t *testing.T) {
 		t.Fatalf("leases left after the release batch: %d, %v", left, err)
 	}
 }
+
+// TestAcquireDoesNotTakeOverALeaseKeptAliveMeanwhile forces the race of
+// an acquisition with a keepalive of a lease that is expiring: the
+// acquisition reads the lease as expired, then the keepalive, which found
+// it valid an instant before, commits. The acquisition must answer held,
+// leave the kept-alive lease and its token as they are, and not burn a
+// token (the holder's fenced writes stay admitted). Before migration
+// 000033 it took the row over: two valid holders (make test-chaos's
+// Porcupine check found it).
+func TestAcquireDoesNotTakeOverALeaseKeptAliveMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	l1, err := e.svc.Acquire(ctx, alice.ID, req("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The committed version: expired. The keepalive's, not committed yet:
+	// valid for an hour (a keepalive that judged the lease valid just
+	// before its expiry, and commits after the acquisition read it).
+	e.expire(t, alice.ID, "k")
+	keepalive, pid := dbtest.BeginWithPID(t, e.db)
+	if _, err := keepalive.ExecContext(ctx, `UPDATE leases SET expires_at = clock_timestamp() + interval '1 hour' WHERE id = $1`, l1.ID); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   leases.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := e.svc.Acquire(ctx, alice.ID, req("k"))
+		done <- result{l, err}
+	}()
+	// The acquisition read the lease as expired and waits for the
+	// keepalive's row lock at its takeover.
+	dbtest.WaitUntilBlockedAny(t, e.db, pid)
+	if err := keepalive.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err == nil {
+		t.Fatalf("acquired %+v over a lease kept alive meanwhile (token %d): two valid holders", r.l, l1.FencingToken)
+	}
+	wantCode(t, r.err, repolock.ELeaseHeld)
+	var id string
+	var token, issued int64
+	if err := e.db.QueryRowxContext(ctx, `SELECT l.id, l.token, t.token FROM leases l JOIN lease_tokens t USING (cluster_user_id, key)
+		WHERE l.cluster_user_id = $1 AND l.key = 'k' AND l.expires_at > clock_timestamp()`, alice.ID).Scan(&id, &token, &issued); err != nil {
+		t.Fatal(err)
+	}
+	if id != l1.ID || token != l1.FencingToken || issued != l1.FencingToken {
+		t.Fatalf("after the refused takeover: lease %s token %d, tokens issued %d; want lease %s token %d, issued %d",
+			id, token, issued, l1.ID, l1.FencingToken, l1.FencingToken)
+	}
+	if _, err := e.svc.Keepalive(ctx, alice.ID, l1.ID); err != nil {
+		t.Fatalf("the holder's next keepalive: %v", err)
+	}
+}
