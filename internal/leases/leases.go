@@ -256,8 +256,10 @@ type acquireCall struct {
 }
 
 // sortedOrder returns the indexes of n calls ordered by less: the order
-// in which a batch's statement touches their rows. Every batch of a kind
-// locks rows in one order, so two batches of that kind cannot deadlock.
+// of the arrays a batch's statement is given. Whatever that order, every
+// batch locks leases rows in (tenant, key) order (migration 000034: the
+// release and keepalive functions sort the rows they lock), so no two
+// batches of any kind can deadlock on them (docs/leases.md, "Lock order").
 func sortedOrder(n int, less func(i, j int) bool) []int {
 	order := make([]int, n)
 	for i := range order {
@@ -302,7 +304,7 @@ func (s *Service) acquireBatch(ctx context.Context, in []acquireCall) ([]attempt
 type leaseCall struct{ id, tenantID string }
 
 // leaseArrays returns the batch's ids and tenants ordered by id, and the
-// order.
+// order. (The statements lock the leases in key order, not in this one.)
 func leaseArrays(in []leaseCall) (ids, tenants pq.StringArray, order []int) {
 	order = sortedOrder(len(in), func(i, j int) bool { return in[i].id < in[j].id })
 	ids, tenants = make(pq.StringArray, len(in)), make(pq.StringArray, len(in))
@@ -550,13 +552,20 @@ func (s *Service) List(ctx context.Context, tenantID, keyPrefix string, pageSize
 // keys' fencing tokens stay (lease_tokens): a later acquisition still gets
 // a greater one. An acquisition that takes a row under it changes the
 // row's id, so Cleanup never deletes a lease granted after it picked.
+//
+// Cleanup never waits for a row lock: it skips a lease another
+// transaction holds (an acquisition taking it over, a release), and a
+// later run finds it if it is still expired. Locking expired leases in
+// its scan's order and waiting, it could deadlock with an acquisition
+// batch, which takes expired leases over in (tenant, key) order (the
+// lock order of docs/leases.md).
 func (s *Service) Cleanup(ctx context.Context, limit int) (_ int64, err error) {
 	defer repolock.WrapOp(&err, "leases.Cleanup")
 	if limit < 1 {
 		return 0, repolock.Errorf(repolock.EInvalid, "cleanup limit must be at least 1")
 	}
 	res, err := s.db.ExecContext(ctx, `DELETE FROM leases WHERE id IN (
-			SELECT id FROM leases WHERE expires_at <= clock_timestamp() LIMIT $1)
+			SELECT id FROM leases WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)
 		AND expires_at <= clock_timestamp()`, limit)
 	if err != nil {
 		return 0, database.MapError(err)

@@ -194,6 +194,71 @@ func TestCleanupKeepsTokensIncreasing(t *testing.T) {
 	}
 }
 
+// TestCleanupSkipsLockedLeases holds the row lock of one expired lease (as
+// an acquisition taking it over does) while Cleanup runs. Cleanup must
+// delete the other expired lease and return without waiting: a sweep
+// that waited for row locks, taking them in its scan's order, could
+// deadlock with the acquisition batches, which lock leases in key order.
+func TestCleanupSkipsLockedLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := dbtest.NewTenant(t, e.db, "")
+	for _, key := range []string{"a", "b"} {
+		if _, err := e.svc.Acquire(ctx, alice.ID, req(key)); err != nil {
+			t.Fatal(err)
+		}
+		e.expire(t, alice.ID, key)
+	}
+	hold, pid := dbtest.BeginWithPID(t, e.db)
+	if _, err := hold.ExecContext(ctx, `SELECT id FROM leases WHERE cluster_user_id = $1 AND key = 'a' FOR UPDATE`, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := e.svc.Cleanup(ctx, 10)
+		done <- result{n, err}
+	}()
+	var r result
+	for got := false; !got; {
+		select {
+		case r = <-done:
+			got = true
+		default:
+			var blocked bool
+			if err := e.db.GetContext(ctx, &blocked, `SELECT EXISTS (SELECT FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid() AND wait_event_type = 'Lock')`, pid); err != nil {
+				t.Fatal(err)
+			}
+			if blocked {
+				hold.Rollback() //nolint:errcheck // let the sweep finish before failing
+				t.Fatalf("Cleanup waited for the row lock of a lease another transaction holds; it must skip it (%+v)", <-done)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("Cleanup with a's lease locked = %d, %v; want 1 (b's), nil", r.n, r.err)
+	}
+	var left []string
+	if err := e.db.SelectContext(ctx, &left, `SELECT key FROM leases WHERE cluster_user_id = $1 ORDER BY key`, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "a" {
+		t.Fatalf("leases left: %v; want [a] (the locked one)", left)
+	}
+	if err := hold.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.svc.Cleanup(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("Cleanup after the lock was released = %d, %v; want 1", n, err)
+	}
+}
+
 func TestValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -991,5 +1056,124 @@ func TestAcquireDoesNotTakeOverALeaseKeptAliveMeanwhile(t *testing.T) {
 	}
 	if _, err := e.svc.Keepalive(ctx, alice.ID, l1.ID); err != nil {
 		t.Fatalf("the holder's next keepalive: %v", err)
+	}
+}
+
+// TestBatchesLockLeasesInKeyOrder forces the interleaving in which a
+// release or keepalive batch and an acquisition batch that waits would
+// deadlock if they locked leases in different orders. The acquisition
+// batch works in (tenant, key) order: it marks the held lease of a-N
+// wanted (a row lock), then waits for the token row of b, which another
+// transaction holds. The other batch names two leases whose ids are in
+// the opposite order to their keys: locking by id, it would lock c-N's
+// lease and then wait for a-N's, while the acquisition, once b is free,
+// waits for c-N's: a deadlock (40P01 after deadlock_timeout). Migration
+// 000034 makes the release and keepalive batches lock their leases in
+// (tenant, key) order first, as the acquisitions do: the batch waits for
+// a-N's lease before it locks c-N's, and both batches succeed.
+func TestBatchesLockLeasesInKeyOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, query string
+		args        func(ids, tenants pq.StringArray) []any
+		// rows is how many rows the batch answers: the leases it
+		// deleted or kept alive.
+		rows int
+	}{
+		{"release", leases.ReleaseSQL, func(ids, tenants pq.StringArray) []any { return []any{ids, tenants, leases.NotifyChan} }, 2},
+		{"keepalive", leases.KeepaliveSQL, func(ids, tenants pq.StringArray) []any { return []any{ids, tenants} }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := context.Background()
+			u := dbtest.NewTenant(t, e.db, "")
+			// b's token row exists, so that a transaction can hold it.
+			b, err := e.svc.Acquire(ctx, u.ID, req("b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.svc.Release(ctx, u.ID, b.ID); err != nil {
+				t.Fatal(err)
+			}
+			// Two held leases, a-N < c-N by key and c-N's id < a-N's.
+			var first, last, aKey, cKey string
+			for n := 0; first == ""; n++ {
+				aKey, cKey = fmt.Sprintf("a-%d", n), fmt.Sprintf("c-%d", n)
+				la, err := e.svc.Acquire(ctx, u.ID, req(aKey))
+				if err != nil {
+					t.Fatal(err)
+				}
+				lc, err := e.svc.Acquire(ctx, u.ID, req(cKey))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if lc.ID < la.ID {
+					first, last = lc.ID, la.ID
+				}
+			}
+			hold, _ := dbtest.BeginWithPID(t, e.db)
+			if _, err := hold.ExecContext(ctx, `SELECT token FROM lease_tokens WHERE cluster_user_id = $1 AND key = 'b' FOR UPDATE`, u.ID); err != nil {
+				t.Fatal(err)
+			}
+			session := func() (*sql.Conn, int) {
+				t.Helper()
+				conn, err := e.db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				var pid int
+				if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				return conn, pid
+			}
+			// run runs a batch statement on conn in a goroutine and
+			// reports its rows' count and error on the returned channel.
+			type outcome struct {
+				rows int
+				err  error
+			}
+			run := func(conn *sql.Conn, query string, args ...any) (<-chan outcome, func() bool) {
+				done := make(chan outcome, 1)
+				var finished atomic.Bool
+				go func() {
+					defer finished.Store(true)
+					rows, err := conn.QueryContext(ctx, query, args...)
+					if err != nil {
+						done <- outcome{err: err}
+						return
+					}
+					n := 0
+					for rows.Next() {
+						n++
+					}
+					rows.Close()
+					done <- outcome{n, rows.Err()}
+				}()
+				return done, finished.Load
+			}
+			acqConn, acqPID := session()
+			keys := pq.StringArray{aKey, "b", cKey}
+			tenants := pq.StringArray{u.ID, u.ID, u.ID}
+			acquired, acqFinished := run(acqConn, leases.AcquireSQL, tenants, keys, pq.StringArray{"w", "w", "w"},
+				pq.Int64Array{60000, 60000, 60000}, pq.BoolArray{true, true, true})
+			// The acquisition marked a-N's lease wanted and waits for b.
+			dbtest.WaitUntilBlocked(t, e.db, acqPID, acqFinished)
+			otherConn, otherPID := session()
+			other, otherFinished := run(otherConn, tc.query, tc.args(pq.StringArray{first, last}, pq.StringArray{u.ID, u.ID})...)
+			dbtest.WaitUntilBlocked(t, e.db, otherPID, otherFinished)
+			if err := hold.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			a, o := <-acquired, <-other
+			if a.err != nil || o.err != nil {
+				t.Fatalf("the acquisition batch: %v; the %s batch: %v (40P01 is a deadlock: the batches locked leases in different orders)", a.err, tc.name, o.err)
+			}
+			if a.rows != 3 || o.rows != tc.rows {
+				t.Fatalf("the acquisition batch answered %d rows (want 3), the %s batch %d (want %d)", a.rows, tc.name, o.rows, tc.rows)
+			}
+		})
 	}
 }
