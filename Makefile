@@ -37,6 +37,10 @@ TYPESCRIPT_VERSION         ?= 5.9.3
 REDOCLY_VERSION            ?= 2.77.0
 # staticcheck 2026.1 (v0.8.x) understands go1.26; run through 'go run' so CI installs nothing by hand.
 STATICCHECK_VERSION ?= v0.8.2
+# The build tags of the test suites outside make test (test-ha, test-patroni,
+# test-chaos, bench-watch, bench-scale): make lint vets and checks them too,
+# all at once (their shared harness is used only by some of them).
+LINT_TAGS ?= ha,patroni,chaos,watchbench,scale
 
 .PHONY: help
 help: ## list the targets
@@ -163,8 +167,10 @@ fuzz: ## fuzz the URL normalizer and the HTTP layer (each fuzzer FUZZTIME, defau
 lint: ## gofmt check, go vet, go mod tidy -diff, staticcheck (pinned, via go run), the OpenAPI document's rules, no test-only module in the binary
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags $(LINT_TAGS) ./...
 	$(GO) mod tidy -diff
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags $(LINT_TAGS) ./...
 	$(GO) test -count=1 -run 'TestOpenAPILint|TestOpenAPIComponentsUsed|TestOpenAPIGeneratedNames|TestErrorCodes|TestJSONIsGenerated' ./api/  # OpenAPI 3.0 validation (kin-openapi), project rules, generator-safe names, openapi.json current
 	@bad=$$($(GO) list -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/api | sort -u | grep -E '$(TEST_ONLY_MODULES)' || true); \
 	if [ -n "$$bad" ]; then echo "lint: test-only modules linked into the binary (./cmd/api): $$bad"; exit 1; fi
