@@ -11,6 +11,16 @@
 // statements); no replica's or client's clock is compared with a stored
 // time. An expired lease is free for the next acquirer at once: its row is
 // replaced by the acquisition, or removed later by Cleanup.
+//
+// Lock order. Every statement of this package that waits for row locks
+// takes them in one total order, so no two of them can deadlock: an
+// acquisition batch works key after key in (tenant, key) order, locking
+// the key's lease_tokens row and then, if it marks the holder's lease
+// wanted or takes an expired lease over, the key's leases row; release and
+// keepalive batches write their leases rows in (tenant, key) order too
+// (migration 000034 sorts them before the write); Cleanup never waits
+// (SKIP LOCKED). TestBatchesLockLeasesInKeyOrder forces the interleaving
+// that deadlocked when releases and keepalives went in id order.
 package leases
 
 import (
