@@ -37,6 +37,8 @@ type DB struct {
 	stmts sync.Map
 	// flushes counts DiscardIdle calls (tests: export_test.go).
 	flushes atomic.Int64
+	// discard runs one DiscardIdle at a time (see there).
+	discard sync.Mutex
 	// batchers holds the pool's Batchers (batchStatser) by name
 	// (batch.go), for their stats and metrics.
 	batchers sync.Map
@@ -162,7 +164,20 @@ func (db *DB) Config() PoolConfig { return db.cfg }
 // restart or a network cut every idle connection is broken too, and
 // handing them out one by one would fail one request each. Connections in
 // use are discarded by database/sql when they report driver.ErrBadConn.
+//
+// One discard runs at a time. database/sql's SetMaxIdleConns closes the
+// connections it drops after unlocking the pool, reading them from a slice
+// that shares its array with the pool's free list (Go 1.26). While the
+// idle limit is 0 nothing is added to that list; but if a concurrent
+// DiscardIdle restored the limit meanwhile, a connection returned to the
+// pool was written into that array, closed by the first call while it sat
+// in the free list, and handed out later with no driver connection: a nil
+// dereference inside database/sql (make test-patroni's replica died of it
+// during a failover, when every request saw connection errors at once).
+// TestConcurrentDiscardIdle reproduces it without the lock.
 func (db *DB) DiscardIdle() {
+	db.discard.Lock()
+	defer db.discard.Unlock()
 	db.flushes.Add(1)
 	db.x.SetMaxIdleConns(0)
 	db.x.SetMaxIdleConns(db.cfg.MaxIdleConns)
