@@ -81,15 +81,21 @@ func WaitForBatcher(t testing.TB, db *database.DB, name string, what string, con
 // does not expose its connection (a Batcher's).
 func WaitUntilBlockedAny(t testing.TB, db *database.DB, holder int) {
 	t.Helper()
-	poll(t, "a backend blocks on a lock", func() bool {
-		var n int
-		if err := db.GetContext(context.Background(), &n, `
-			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'`, holder); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	poll(t, "a backend blocks on a lock", func() bool { return BlockedAny(t, db, holder) })
+}
+
+// BlockedAny reports whether some backend of db's database other than the
+// holder's (pid) waits for a lock now: for a test that fails when a
+// statement waits where it must not.
+func BlockedAny(t testing.TB, db *database.DB, holder int) bool {
+	t.Helper()
+	var blocked bool
+	if err := db.GetContext(context.Background(), &blocked, `
+		SELECT EXISTS (SELECT FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid() AND wait_event_type = 'Lock')`, holder); err != nil {
+		t.Fatal(err)
+	}
+	return blocked
 }
 
 // QueueBehindHeldBatch holds a batch of db's Batcher named batcher in

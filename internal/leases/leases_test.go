@@ -229,12 +229,7 @@ func TestCleanupSkipsLockedLeases(t *testing.T) {
 		case r = <-done:
 			got = true
 		default:
-			var blocked bool
-			if err := e.db.GetContext(ctx, &blocked, `SELECT EXISTS (SELECT FROM pg_stat_activity
-				WHERE datname = current_database() AND pid <> $1 AND pid <> pg_backend_pid() AND wait_event_type = 'Lock')`, pid); err != nil {
-				t.Fatal(err)
-			}
-			if blocked {
+			if dbtest.BlockedAny(t, e.db, pid) {
 				hold.Rollback() //nolint:errcheck // let the sweep finish before failing
 				t.Fatalf("Cleanup waited for the row lock of a lease another transaction holds; it must skip it (%+v)", <-done)
 			}
