@@ -1,7 +1,6 @@
--- The release and keepalive batches lock their leases in (tenant, key)
--- order before they delete or renew them, the order in which an
--- acquisition batch locks the rows it touches (issue 27; docs/leases.md,
--- "Lock order").
+-- The release and keepalive batches delete or renew (and so lock) their
+-- leases in (tenant, key) order, the order in which an acquisition batch
+-- locks the rows it touches (issue 27; docs/leases.md, "Lock order").
 --
 -- internal/leases runs each kind of batch in one order: acquisitions by
 -- (tenant, key), releases and keepalives by lease id. Each kind could not
